@@ -1,0 +1,31 @@
+//! Gatehouse's wire format, shared by the host and the agent.
+//!
+//! Everything here is plain data plus total parsers: the host reads these types from
+//! untrusted agents, and the agent reads [`JoinResponse`] from a server it verifies only
+//! through the pinned join signing key.
+
+pub mod b64;
+mod join;
+mod token;
+mod trust;
+
+pub use join::{
+    Challenge, Claims, Deferral, JoinRequest, JoinResponse, JoinResponseBody, Pending, Role,
+    RESPONSE_SIGNING_CONTEXT, response_signing_input,
+};
+pub use token::{TOKEN_SEAL_INFO, TokenError, TokenString};
+pub use trust::JoinTrust;
+
+/// The body every refused join answers with, whatever the reason: the reason goes only to the
+/// host's events, audit rows and log.
+pub const ACCESS_DENIED: &str = "ACCESS_DENIED";
+
+/// The error body of every API failure: a stable code and a human message that never carries
+/// the reason for a refusal.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApiError {
+    /// `ACCESS_DENIED`, `INVALID_INPUT`, `NOT_FOUND`, `UNAUTHENTICATED`, `INTERNAL`.
+    pub code: String,
+    /// A short message for people.
+    pub message: String,
+}
