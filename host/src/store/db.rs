@@ -1,0 +1,148 @@
+//! The connection pool: connecting to SQLite or Postgres through one code path, migrating,
+//! and opening transactions.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Executor};
+
+use super::{StoreError, Tx, migrate};
+
+/// How long a transaction waits for a pooled connection, and on SQLite for the write lock
+/// (`busy_timeout`); on Postgres also each statement's and each lock wait's limit.
+pub(super) const WAIT: Duration = Duration::from_secs(5);
+
+/// Connections per Postgres pool (per replica).
+const POSTGRES_CONNECTIONS: u32 = 10;
+
+/// Connections per SQLite pool. Every transaction is a write transaction (`BEGIN IMMEDIATE`)
+/// and SQLite admits one writer at a time, so more connections would only wait in SQLite's
+/// busy handler, which polls with sleeps of up to 100 ms, instead of in the pool's fair queue.
+const SQLITE_CONNECTIONS: u32 = 1;
+
+/// Set on every new SQLite connection. WAL lets readers of other processes (the CLI) run
+/// beside the writer; `synchronous` stays FULL so a committed token use or certificate row
+/// survives a power loss.
+const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; \
+                              PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL;";
+
+/// Which database a [`Db`] talks to; the few statements that differ are chosen by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// An embedded SQLite file (the default: one host, no server).
+    Sqlite,
+    /// A PostgreSQL server, which several replicas may share.
+    Postgres,
+}
+
+impl Backend {
+    /// The backend a database URL names.
+    pub fn from_url(url: &str) -> Result<Backend, StoreError> {
+        if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else {
+            // Never echo credentials: keep only the scheme.
+            let scheme = url.split_once(':').map_or("", |(scheme, _)| scheme);
+            Err(StoreError::UnsupportedUrl(format!("{scheme}:")))
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        })
+    }
+}
+
+/// The database: a connection pool (cheap to clone) and the backend it talks to.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Db {
+    /// Connects to `url`: `sqlite:<path>?mode=rwc` (see [`sqlite_url`]) or `postgres://...`.
+    /// A SQLite file is created if `mode=rwc` asks for it; it is switched to WAL with foreign
+    /// keys on and a 5 s busy timeout.
+    pub async fn connect(url: &str) -> Result<Db, StoreError> {
+        sqlx::any::install_default_drivers();
+        let backend = Backend::from_url(url)?;
+        let options = AnyPoolOptions::new().acquire_timeout(WAIT);
+        let options = match backend {
+            Backend::Sqlite => {
+                options
+                    .max_connections(SQLITE_CONNECTIONS)
+                    .after_connect(|conn, _meta| {
+                        Box::pin(async move {
+                            conn.execute(SQLITE_PRAGMAS).await?;
+                            Ok(())
+                        })
+                    })
+            }
+            Backend::Postgres => options.max_connections(POSTGRES_CONNECTIONS),
+        };
+        let pool = options.connect(url).await.map_err(StoreError::Connect)?;
+        Ok(Db { pool, backend })
+    }
+
+    /// Applies the embedded migrations of this backend that are not applied yet. Safe to run
+    /// at every start and, on Postgres, from several replicas at once (an advisory lock
+    /// serialises them).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        migrate::run(&self.pool, self.backend).await
+    }
+
+    /// The backend this pool talks to.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Opens a write transaction: `BEGIN IMMEDIATE` on SQLite (so a later write never fails
+    /// to upgrade a read lock, and waiting honours the busy timeout); on Postgres `BEGIN` with
+    /// a 5 s `statement_timeout` and `lock_timeout`. See [`Tx`] for what happens when it is
+    /// dropped instead of committed.
+    pub async fn begin(&self) -> Result<Tx, StoreError> {
+        Tx::begin(&self.pool, self.backend).await
+    }
+
+    /// Closes every connection, waiting for checked-out ones to come back.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The pool, for this module's tests.
+    #[cfg(test)]
+    pub(super) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+}
+
+/// The URL [`Db::connect`] takes for a SQLite file at `path`, created if missing. Characters
+/// that would end the path early (`?`, `#`) or be decoded (`%`) are percent-encoded.
+pub fn sqlite_url(path: &Path) -> Result<String, StoreError> {
+    let path = path
+        .to_str()
+        .ok_or_else(|| StoreError::PathNotUtf8(path.to_owned()))?;
+    let mut url = String::from("sqlite:");
+    for c in path.chars() {
+        if c.is_control() || matches!(c, '%' | '?' | '#' | ' ' | '"' | '<' | '>' | '`' | '{' | '}')
+        {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                url.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            url.push(c);
+        }
+    }
+    url.push_str("?mode=rwc");
+    Ok(url)
+}

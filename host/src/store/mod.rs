@@ -1,0 +1,56 @@
+//! The database: typed queries over SQLite or PostgreSQL through one code path.
+//!
+//! [`Db`] is a connection pool; [`Db::begin`] opens a [`Tx`], a write transaction that owns
+//! its connection, on which every query runs. There is no raw SQL outside this module: the
+//! attestor-facing `transaction` capability, JoinService and the admin API call the typed
+//! methods of [`Tx`]. Rows are the plain structs in this module; times are milliseconds since
+//! the Unix epoch on the database's clock ([`Tx::now`]).
+//!
+//! Exactly-once rests on the database, not on this process: a token row is locked
+//! (`FOR UPDATE` on Postgres; SQLite serialises writers with `BEGIN IMMEDIATE`) and spent by a
+//! conditional update, single-use evidence is an upsert that reports reuse instead of failing,
+//! so several replicas sharing one Postgres stay correct. Schemas live in
+//! `host/migrations/{sqlite,postgres}` and are embedded and applied at start.
+
+/// SQLite's clock in ms since the Unix epoch, as a SQL expression.
+macro_rules! sqlite_now {
+    () => {
+        "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+    };
+}
+
+/// Postgres' clock (the real time, not the transaction start) in ms, as a SQL expression.
+macro_rules! postgres_now {
+    () => {
+        "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+    };
+}
+
+mod db;
+mod decode;
+mod error;
+mod join_requests;
+mod journal;
+mod kv;
+mod migrate;
+mod nodes;
+mod reads;
+mod rows;
+mod tokens;
+mod tx;
+mod uses;
+
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod tests;
+
+pub use db::{Backend, Db, sqlite_url};
+pub use error::StoreError;
+pub use kv::KV_VALUE_MAX;
+pub use rows::{
+    AuditResult, AuditRow, EventRow, InventoryRow, JoinDecision, JoinRequestRow, JoinRequestState,
+    LeaseRow, NewAudit, NewEvent, NewNode, NewNodeCert, NewToken, NodeCertRow, NodeRole, NodeRow,
+    PoolRow, TokenExpect, TokenRole, TokenRow, UnknownName, UseOutcome, WorkflowRow,
+};
+pub use tx::Tx;

@@ -1,0 +1,205 @@
+//! Nodes, the certificates issued to them, and the hardware identities bound to them.
+
+use sha2::{Digest, Sha256};
+use sqlx::any::AnyRow;
+
+use super::decode::{Fields, json_list};
+use super::{NewNode, NewNodeCert, NodeCertRow, NodeRow, StoreError, Tx};
+
+/// The columns [`node`] reads.
+macro_rules! node_columns {
+    () => {
+        "id, tenant_id, pool_id, site_id, role, retired, cordoned, identity_generation, \
+         hardware_key, created_at, updated_at"
+    };
+}
+
+/// The columns [`cert`] reads.
+macro_rules! cert_columns {
+    () => {
+        "serial, node_id, der, generation, role, not_before, not_after, revoked, statements, \
+         created_at"
+    };
+}
+
+fn node(row: &AnyRow) -> Result<NodeRow, StoreError> {
+    let f = Fields::new(row, "nodes");
+    Ok(NodeRow {
+        id: f.text("id")?,
+        tenant_id: f.text("tenant_id")?,
+        pool_id: f.opt_text("pool_id")?,
+        site_id: f.opt_text("site_id")?,
+        role: f.parse("role")?,
+        retired: f.bool("retired")?,
+        cordoned: f.bool("cordoned")?,
+        identity_generation: f.u32("identity_generation")?,
+        hardware_key: f.opt_text("hardware_key")?,
+        created_at: f.i64("created_at")?,
+        updated_at: f.i64("updated_at")?,
+    })
+}
+
+fn cert(row: &AnyRow) -> Result<NodeCertRow, StoreError> {
+    let f = Fields::new(row, "node_certs");
+    Ok(NodeCertRow {
+        serial: f.text("serial")?,
+        node_id: f.text("node_id")?,
+        der: f.bytes("der")?,
+        generation: f.u32("generation")?,
+        role: f.parse("role")?,
+        not_before: f.i64("not_before")?,
+        not_after: f.i64("not_after")?,
+        revoked: f.bool("revoked")?,
+        statements: f.json("statements")?,
+        created_at: f.i64("created_at")?,
+    })
+}
+
+impl Tx {
+    /// Creates a node, neither retired nor cordoned.
+    pub async fn insert_node(&mut self, n: &NewNode) -> Result<(), StoreError> {
+        let q = sqlx::query(
+            "INSERT INTO nodes (id, tenant_id, pool_id, site_id, role, retired, cordoned, \
+             identity_generation, hardware_key, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, 0, 0, $6, $7, $8, $8)",
+        )
+        .bind(&n.id)
+        .bind(&n.tenant_id)
+        .bind(&n.pool_id)
+        .bind(&n.site_id)
+        .bind(n.role.as_str())
+        .bind(i64::from(n.identity_generation))
+        .bind(&n.hardware_key)
+        .bind(n.created_at);
+        self.execute(q).await.map(drop)
+    }
+
+    /// Looks up a node.
+    pub async fn node(&mut self, id: &str) -> Result<Option<NodeRow>, StoreError> {
+        let sql = concat!("SELECT ", node_columns!(), " FROM nodes WHERE id = $1");
+        let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
+        row.as_ref().map(node).transpose()
+    }
+
+    /// Every node, oldest first.
+    pub async fn list_nodes(&mut self) -> Result<Vec<NodeRow>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            node_columns!(),
+            " FROM nodes ORDER BY created_at, id"
+        );
+        let rows = self.fetch_all(sqlx::query(sql)).await?;
+        rows.iter().map(node).collect()
+    }
+
+    /// Moves a node to a new identity generation (a reclaim or a revoke-identity). False if
+    /// there is no such node or `new_generation` is not above its current one, so a
+    /// generation never goes back.
+    pub async fn rekey_node(
+        &mut self,
+        id: &str,
+        new_generation: u32,
+        updated_at: i64,
+    ) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "UPDATE nodes SET identity_generation = $2, updated_at = $3 \
+             WHERE id = $1 AND identity_generation < $2",
+        )
+        .bind(id)
+        .bind(i64::from(new_generation))
+        .bind(updated_at);
+        Ok(self.execute(q).await? > 0)
+    }
+
+    /// Records a certificate this host issued. Its DER is indexed by SHA-256, so a renewal
+    /// finds it by the exact bytes the client presented.
+    pub async fn insert_node_cert(&mut self, c: &NewNodeCert) -> Result<(), StoreError> {
+        let der_sha256 = Sha256::digest(&c.der);
+        let q = sqlx::query(
+            "INSERT INTO node_certs (serial, node_id, der, der_sha256, generation, role, \
+             not_before, not_after, revoked, statements, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10)",
+        )
+        .bind(&c.serial)
+        .bind(&c.node_id)
+        .bind(&c.der[..])
+        .bind(&der_sha256[..])
+        .bind(i64::from(c.generation))
+        .bind(c.role.as_str())
+        .bind(c.not_before)
+        .bind(c.not_after)
+        .bind(json_list(&c.statements))
+        .bind(c.created_at);
+        self.execute(q).await.map(drop)
+    }
+
+    /// The certificate whose DER is exactly `der`, if this host issued it.
+    pub async fn node_cert_by_der(
+        &mut self,
+        der: &[u8],
+    ) -> Result<Option<NodeCertRow>, StoreError> {
+        let der_sha256 = Sha256::digest(der);
+        let sql = concat!(
+            "SELECT ",
+            cert_columns!(),
+            " FROM node_certs WHERE der_sha256 = $1 AND der = $2"
+        );
+        let row = self
+            .fetch_optional(sqlx::query(sql).bind(&der_sha256[..]).bind(der))
+            .await?;
+        row.as_ref().map(cert).transpose()
+    }
+
+    /// Revokes a node's certificates of generations below `generation`; how many it revoked.
+    pub async fn revoke_node_certs_below(
+        &mut self,
+        node_id: &str,
+        generation: u32,
+    ) -> Result<u64, StoreError> {
+        let q = sqlx::query(
+            "UPDATE node_certs SET revoked = 1 \
+             WHERE node_id = $1 AND generation < $2 AND revoked = 0",
+        )
+        .bind(node_id)
+        .bind(i64::from(generation));
+        self.execute(q).await
+    }
+
+    /// The node a hardware identity (`kind`, for example `tpm-ek-sha256`, and its `value`) is
+    /// bound to, if any.
+    pub async fn bound_node(
+        &mut self,
+        kind: &str,
+        value: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let q = sqlx::query("SELECT node_id FROM node_bindings WHERE kind = $1 AND value = $2")
+            .bind(kind)
+            .bind(value);
+        let row = self.fetch_optional(q).await?;
+        row.map(|r| Fields::new(&r, "node_bindings").text("node_id"))
+            .transpose()
+    }
+
+    /// Binds a hardware identity to a node. Binding it to the node it is bound to already is
+    /// a no-op; [`StoreError::BoundElsewhere`] if another node holds it, including one a
+    /// concurrent transaction bound first. Never fails on the unique key, so a Postgres
+    /// transaction stays usable.
+    pub async fn bind(&mut self, kind: &str, value: &str, node_id: &str) -> Result<(), StoreError> {
+        // The no-op update makes the conflicting row come back through RETURNING.
+        let q = sqlx::query(
+            "INSERT INTO node_bindings (kind, value, node_id) VALUES ($1, $2, $3) \
+             ON CONFLICT (kind, value) DO UPDATE SET node_id = node_bindings.node_id \
+             RETURNING node_id",
+        )
+        .bind(kind)
+        .bind(value)
+        .bind(node_id);
+        let row = self.fetch_one(q).await?;
+        let bound = Fields::new(&row, "node_bindings").text("node_id")?;
+        if bound == node_id {
+            Ok(())
+        } else {
+            Err(StoreError::BoundElsewhere(bound))
+        }
+    }
+}

@@ -1,0 +1,1050 @@
+//! The store against real databases: SQLite always, Postgres when `DATABASE_URL` is set.
+//! Each test runs its body on every backend, each on a fresh database.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::Row;
+
+use super::testing::{self, TestDb};
+use super::*;
+
+fn token(id: &str, uses: u32) -> NewToken {
+    NewToken {
+        id: id.into(),
+        role: TokenRole::Provisioned,
+        secret_sha256: [7; 32],
+        tenant_id: "root".into(),
+        pool_id: None,
+        site_id: Some("site-a".into()),
+        expires_at: i64::MAX,
+        uses,
+        expect: TokenExpect {
+            product_uuid: Some("uuid-1".into()),
+            mac: None,
+            node_id: None,
+        },
+        reclaim: true,
+        created_at: 1_000,
+    }
+}
+
+fn new_node(id: &str) -> NewNode {
+    NewNode {
+        id: id.into(),
+        tenant_id: "root".into(),
+        pool_id: None,
+        site_id: None,
+        role: NodeRole::Node,
+        identity_generation: 1,
+        hardware_key: None,
+        created_at: 2_000,
+    }
+}
+
+async fn seed_token(db: &Db, id: &str, uses: u32) {
+    let mut tx = db.begin().await.unwrap();
+    tx.insert_token(&token(id, uses)).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+async fn uses_left(db: &Db, id: &str) -> u32 {
+    let mut tx = db.begin().await.unwrap();
+    let left = tx.lock_token(id).await.unwrap().unwrap().uses_left;
+    tx.rollback().await.unwrap();
+    left
+}
+
+/// Waits until no connection to this test's database is idle inside a transaction (an
+/// abandoned transaction is rolled back by a task), failing after a few seconds. Asks from a
+/// connection of its own: one from the pool could be the very connection left behind.
+async fn assert_no_idle_transaction(t: &TestDb) {
+    if t.db.backend() != Backend::Postgres {
+        return;
+    }
+    let mut watcher = <sqlx::AnyConnection as sqlx::Connection>::connect(&t.url)
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() \
+             AND state IN ('idle in transaction', 'idle in transaction (aborted)')",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if row.get::<i64, _>("n") == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("a connection was left idle in a transaction");
+}
+
+#[tokio::test]
+async fn migrations_apply_twice_idempotently() {
+    for t in testing::all().await {
+        t.db.migrate().await.unwrap();
+        t.db.migrate().await.unwrap();
+        let applied = sqlx::query("SELECT COUNT(*) AS n FROM _sqlx_migrations")
+            .fetch_one(t.db.pool())
+            .await
+            .unwrap();
+        assert_eq!(applied.get::<i64, _>("n"), 1, "{:?}", t.db.backend());
+        let roots = sqlx::query("SELECT COUNT(*) AS n FROM tenants WHERE id = 'root'")
+            .fetch_one(t.db.pool())
+            .await
+            .unwrap();
+        assert_eq!(roots.get::<i64, _>("n"), 1);
+        // A second pool on the same database migrates as a restarted replica would.
+        let again = Db::connect(&t.url).await.unwrap();
+        again.migrate().await.unwrap();
+        again.close().await;
+    }
+}
+
+#[tokio::test]
+async fn sqlite_is_wal_with_foreign_keys() {
+    let t = testing::sqlite().await;
+    let mut conn = t.db.pool().acquire().await.unwrap();
+    let mode = sqlx::query("PRAGMA journal_mode")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(mode.get::<String, _>(0), "wal");
+    let fk = sqlx::query("PRAGMA foreign_keys")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(fk.get::<i64, _>(0), 1);
+    let busy = sqlx::query("PRAGMA busy_timeout")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(busy.get::<i64, _>(0), 5000);
+}
+
+#[tokio::test]
+async fn now_is_close_to_the_system_clock() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        let system = i64::try_from(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap();
+        let first = tx.now().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = tx.now().await.unwrap();
+        tx.commit().await.unwrap();
+        assert!(
+            (first - system).abs() < 2_000,
+            "{:?}: db {first} vs system {system}",
+            t.db.backend()
+        );
+        // Real time, not the transaction's start time.
+        assert!(
+            second >= first + 15,
+            "{:?}: {first} then {second}",
+            t.db.backend()
+        );
+    }
+}
+
+#[tokio::test]
+async fn tokens_round_trip_and_spend() {
+    for t in testing::all().await {
+        seed_token(&t.db, "tok_a", 2).await;
+        let mut tx = t.db.begin().await.unwrap();
+        let row = tx.lock_token("tok_a").await.unwrap().unwrap();
+        assert_eq!(
+            row,
+            TokenRow {
+                id: "tok_a".into(),
+                role: TokenRole::Provisioned,
+                secret_sha256: [7; 32],
+                tenant_id: "root".into(),
+                pool_id: None,
+                site_id: Some("site-a".into()),
+                expires_at: i64::MAX,
+                revoked: false,
+                uses_total: 2,
+                uses_left: 2,
+                expect: TokenExpect {
+                    product_uuid: Some("uuid-1".into()),
+                    mac: None,
+                    node_id: None
+                },
+                reclaim: true,
+                created_at: 1_000,
+            }
+        );
+        assert!(tx.lock_token("tok_missing").await.unwrap().is_none());
+        assert_eq!(tx.consume_token("tok_a").await.unwrap(), 1);
+        assert_eq!(tx.consume_token("tok_a").await.unwrap(), 0);
+        assert!(matches!(
+            tx.consume_token("tok_a").await,
+            Err(StoreError::NoUsesLeft)
+        ));
+        assert!(matches!(
+            tx.consume_token("tok_missing").await,
+            Err(StoreError::NoUsesLeft)
+        ));
+        // NoUsesLeft is an outcome, not a failed statement: the transaction still commits.
+        assert!(tx.revoke_token("tok_a").await.unwrap());
+        assert!(tx.revoke_token("tok_a").await.unwrap());
+        assert!(!tx.revoke_token("tok_missing").await.unwrap());
+        tx.commit().await.unwrap();
+
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_token(&NewToken {
+            created_at: 500,
+            ..token("tok_b", 1)
+        })
+        .await
+        .unwrap();
+        let list = tx.list_tokens().await.unwrap();
+        assert_eq!(
+            list.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+            ["tok_b", "tok_a"]
+        );
+        assert!(list[1].revoked && list[1].uses_left == 0);
+        tx.commit().await.unwrap();
+    }
+}
+
+/// 20 concurrent joins on a 3-use token: exactly 3 spend a use. On SQLite two pools share the
+/// file, as two processes would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_spent_exactly_its_uses_under_concurrency() {
+    for t in testing::all().await {
+        seed_token(&t.db, "tok_race", 3).await;
+        let second = Db::connect(&t.url).await.unwrap();
+        let spent = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let db = if i % 2 == 0 {
+                t.db.clone()
+            } else {
+                second.clone()
+            };
+            let spent = spent.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tx = db.begin().await.unwrap();
+                let row = tx.lock_token("tok_race").await.unwrap().unwrap();
+                // Decide on the locked row, as an attestor would, then spend.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                match tx.consume_token("tok_race").await {
+                    Ok(left) => {
+                        assert_eq!(left + 1, row.uses_left, "the lock saw the latest count");
+                        tx.commit().await.unwrap();
+                        spent.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(StoreError::NoUsesLeft) => {
+                        assert_eq!(row.uses_left, 0);
+                        tx.rollback().await.unwrap();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(spent.load(Ordering::SeqCst), 3, "{:?}", t.db.backend());
+        assert_eq!(uses_left(&t.db, "tok_race").await, 0);
+        second.close().await;
+        assert_no_idle_transaction(&t).await;
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_transaction_rolls_back_and_releases_its_connection() {
+    for t in testing::all().await {
+        seed_token(&t.db, "tok_held", 1).await;
+        {
+            let mut tx = t.db.begin().await.unwrap();
+            tx.lock_token("tok_held").await.unwrap().unwrap();
+            assert_eq!(tx.consume_token("tok_held").await.unwrap(), 0);
+            tx.insert_token(&token("tok_ghost", 1)).await.unwrap();
+            // Dropped: neither committed nor rolled back.
+        }
+        assert_no_idle_transaction(&t).await;
+        // The row lock is gone (a reused connection still in the transaction would hold it
+        // until lock_timeout) and nothing was written.
+        let started = std::time::Instant::now();
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(
+            tx.lock_token("tok_held").await.unwrap().unwrap().uses_left,
+            1
+        );
+        assert!(tx.lock_token("tok_ghost").await.unwrap().is_none());
+        tx.commit().await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// Cancelling a join at any await point (a client hanging up) spends nothing and leaves no
+/// connection inside a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_transactions_spend_nothing() {
+    for t in testing::all().await {
+        seed_token(&t.db, "tok_cancel", 5).await;
+        for step in 0..60u64 {
+            let db = t.db.clone();
+            let join = async move {
+                let mut tx = db.begin().await.unwrap();
+                tx.lock_token("tok_cancel").await.unwrap();
+                tx.consume_token("tok_cancel").await.unwrap();
+                tx.record_use("x", "subject", i64::MAX, 0).await.unwrap();
+                // Never commits: stands for a hang-up before the end of the round.
+                std::future::pending::<()>().await;
+            };
+            let outcome = tokio::time::timeout(Duration::from_micros(step * 60), join).await;
+            assert!(outcome.is_err());
+        }
+        assert_no_idle_transaction(&t).await;
+        assert_eq!(uses_left(&t.db, "tok_cancel").await, 5);
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(
+            tx.record_use("x", "subject", i64::MAX, 0).await.unwrap(),
+            UseOutcome::Recorded
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_failed_statement_aborts_the_commit() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_tenant("acme").await.unwrap();
+        // No such tenant: the foreign key refuses it.
+        let err = tx
+            .insert_token(&NewToken {
+                tenant_id: "nobody".into(),
+                ..token("tok_x", 1)
+            })
+            .await;
+        assert!(matches!(err, Err(StoreError::Query(_))), "{err:?}");
+        assert!(matches!(tx.commit().await, Err(StoreError::Aborted)));
+        assert_no_idle_transaction(&t).await;
+        let mut tx = t.db.begin().await.unwrap();
+        // The tenant inserted before the failure was rolled back with it.
+        tx.insert_tenant("acme").await.unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn single_use_evidence_is_recorded_once_until_it_expires() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(
+            tx.record_use("tpm", "ek:1", 100, 10).await.unwrap(),
+            UseOutcome::Recorded
+        );
+        assert_eq!(
+            tx.record_use("tpm", "ek:1", 100, 10).await.unwrap(),
+            UseOutcome::Reused
+        );
+        // The ledger is per attestor.
+        assert_eq!(
+            tx.record_use("x509pop", "ek:1", 100, 10).await.unwrap(),
+            UseOutcome::Recorded
+        );
+        tx.commit().await.unwrap();
+
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(
+            tx.record_use("tpm", "ek:1", 200, 99).await.unwrap(),
+            UseOutcome::Reused
+        );
+        // Expired at 100: recorded anew, with the new expiry.
+        assert_eq!(
+            tx.record_use("tpm", "ek:1", 300, 100).await.unwrap(),
+            UseOutcome::Recorded
+        );
+        assert_eq!(
+            tx.record_use("tpm", "ek:1", 400, 299).await.unwrap(),
+            UseOutcome::Reused
+        );
+        tx.commit().await.unwrap();
+
+        // A rolled-back record is not a use.
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(
+            tx.record_use("tpm", "ek:2", 100, 10).await.unwrap(),
+            UseOutcome::Recorded
+        );
+        tx.rollback().await.unwrap();
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(
+            tx.record_use("tpm", "ek:2", 100, 10).await.unwrap(),
+            UseOutcome::Recorded
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_records_of_one_subject_admit_one() {
+    for t in testing::all().await {
+        let recorded = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..10 {
+            let db = t.db.clone();
+            let recorded = recorded.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tx = db.begin().await.unwrap();
+                let outcome = tx
+                    .record_use("cloud-iid", "doc:1", i64::MAX, 0)
+                    .await
+                    .unwrap();
+                // The transaction is still usable after a reuse, also on Postgres.
+                tx.now().await.unwrap();
+                tx.commit().await.unwrap();
+                if outcome == UseOutcome::Recorded {
+                    recorded.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(recorded.load(Ordering::SeqCst), 1, "{:?}", t.db.backend());
+    }
+}
+
+#[tokio::test]
+async fn expired_uses_are_pruned_in_batches() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        for i in 0..5 {
+            tx.record_use("a", &format!("old-{i}"), 50, 0)
+                .await
+                .unwrap();
+        }
+        tx.record_use("a", "live-1", 500, 0).await.unwrap();
+        tx.record_use("b", "live-2", 500, 0).await.unwrap();
+        assert_eq!(tx.prune_uses(100, 3).await.unwrap(), 3);
+        assert_eq!(tx.prune_uses(100, 3).await.unwrap(), 2);
+        assert_eq!(tx.prune_uses(100, 3).await.unwrap(), 0);
+        assert_eq!(
+            tx.record_use("a", "live-1", 900, 100).await.unwrap(),
+            UseOutcome::Reused
+        );
+        assert_eq!(
+            tx.record_use("b", "live-2", 900, 100).await.unwrap(),
+            UseOutcome::Reused
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn nodes_and_certificates() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_pool(&PoolRow {
+            tenant_id: "root".into(),
+            id: "gpu".into(),
+            join_attestors: None,
+            owner: None,
+        })
+        .await
+        .unwrap();
+        tx.insert_node(&NewNode {
+            pool_id: Some("gpu".into()),
+            hardware_key: Some("ak:1".into()),
+            ..new_node("node_1")
+        })
+        .await
+        .unwrap();
+        tx.insert_node(&NewNode {
+            role: NodeRole::NodeTenant,
+            created_at: 3_000,
+            ..new_node("node_2")
+        })
+        .await
+        .unwrap();
+        let node = tx.node("node_1").await.unwrap().unwrap();
+        assert_eq!(
+            node,
+            NodeRow {
+                id: "node_1".into(),
+                tenant_id: "root".into(),
+                pool_id: Some("gpu".into()),
+                site_id: None,
+                role: NodeRole::Node,
+                retired: false,
+                cordoned: false,
+                identity_generation: 1,
+                hardware_key: Some("ak:1".into()),
+                created_at: 2_000,
+                updated_at: 2_000,
+            }
+        );
+        assert!(tx.node("node_9").await.unwrap().is_none());
+        let nodes = tx.list_nodes().await.unwrap();
+        assert_eq!(
+            nodes.iter().map(|n| n.role).collect::<Vec<_>>(),
+            [NodeRole::Node, NodeRole::NodeTenant]
+        );
+
+        assert!(tx.rekey_node("node_1", 2, 4_000).await.unwrap());
+        assert!(
+            !tx.rekey_node("node_1", 2, 5_000).await.unwrap(),
+            "generations only go up"
+        );
+        assert!(!tx.rekey_node("node_9", 3, 5_000).await.unwrap());
+        let node = tx.node("node_1").await.unwrap().unwrap();
+        assert_eq!((node.identity_generation, node.updated_at), (2, 4_000));
+
+        let cert = |serial: &str, generation: u32, der: Vec<u8>| NewNodeCert {
+            serial: serial.into(),
+            node_id: "node_1".into(),
+            der,
+            generation,
+            role: NodeRole::Node,
+            not_before: 10,
+            not_after: 20,
+            statements: vec!["urn:bc:tpm-ak:sha256:ab".into()],
+            created_at: 30,
+        };
+        tx.insert_node_cert(&cert("01", 1, vec![1, 2, 3]))
+            .await
+            .unwrap();
+        tx.insert_node_cert(&cert("02", 2, vec![4, 5, 6]))
+            .await
+            .unwrap();
+        let found = tx.node_cert_by_der(&[1, 2, 3]).await.unwrap().unwrap();
+        assert_eq!(
+            found,
+            NodeCertRow {
+                serial: "01".into(),
+                node_id: "node_1".into(),
+                der: vec![1, 2, 3],
+                generation: 1,
+                role: NodeRole::Node,
+                not_before: 10,
+                not_after: 20,
+                revoked: false,
+                statements: vec!["urn:bc:tpm-ak:sha256:ab".into()],
+                created_at: 30,
+            }
+        );
+        assert!(tx.node_cert_by_der(&[1, 2]).await.unwrap().is_none());
+        assert!(tx.node_cert_by_der(&[]).await.unwrap().is_none());
+        assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 1);
+        assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 0);
+        assert!(
+            tx.node_cert_by_der(&[1, 2, 3])
+                .await
+                .unwrap()
+                .unwrap()
+                .revoked
+        );
+        assert!(
+            !tx.node_cert_by_der(&[4, 5, 6])
+                .await
+                .unwrap()
+                .unwrap()
+                .revoked
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_hardware_identity_binds_one_node() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_node(&new_node("node_1")).await.unwrap();
+        tx.insert_node(&new_node("node_2")).await.unwrap();
+        assert_eq!(tx.bound_node("tpm-ek-sha256", "ab").await.unwrap(), None);
+        tx.bind("tpm-ek-sha256", "ab", "node_1").await.unwrap();
+        tx.bind("tpm-ek-sha256", "ab", "node_1").await.unwrap();
+        match tx.bind("tpm-ek-sha256", "ab", "node_2").await {
+            Err(StoreError::BoundElsewhere(node)) => assert_eq!(node, "node_1"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            tx.bound_node("tpm-ek-sha256", "ab")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("node_1")
+        );
+        assert_eq!(tx.bound_node("mac", "ab").await.unwrap(), None);
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn join_requests_open_once_and_admit_once() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        let now = tx.now().await.unwrap();
+        let later = now + 60_000;
+        let opened = tx
+            .open_join_request("tpm", "ek:1", &[1; 32], r#"{"ek":"1"}"#, now, later)
+            .await
+            .unwrap();
+        assert!(opened.id.starts_with("jr_"));
+        assert_eq!(opened.state, JoinRequestState::Pending);
+        assert_eq!(
+            (opened.attestor.as_str(), opened.subject.as_str()),
+            ("tpm", "ek:1")
+        );
+        assert_eq!(
+            (opened.csr_sha256, opened.details.as_str()),
+            ([1; 32], r#"{"ek":"1"}"#)
+        );
+        assert_eq!(
+            (opened.created_at, opened.expires_at, opened.decided_at),
+            (now, later, None)
+        );
+
+        // A retry finds the same request; another CSR opens another.
+        let again = tx
+            .open_join_request("tpm", "ek:1", &[1; 32], "{}", now + 5, later)
+            .await
+            .unwrap();
+        assert_eq!(again, opened);
+        let other = tx
+            .open_join_request("tpm", "ek:1", &[2; 32], "{}", now, later)
+            .await
+            .unwrap();
+        assert_ne!(other.id, opened.id);
+
+        // Scoped to the attestor.
+        assert!(
+            tx.join_request("x509pop", &opened.id)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            !tx.consume_join_request("tpm", &opened.id).await.unwrap(),
+            "not approved yet"
+        );
+
+        let approve = JoinDecision::Approve {
+            tenant_id: "root".into(),
+            pool_id: None,
+            site_id: Some("s".into()),
+        };
+        assert!(
+            tx.decide_join_request(&opened.id, &approve, now + 10)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !tx.decide_join_request(&opened.id, &JoinDecision::Deny, now + 11)
+                .await
+                .unwrap()
+        );
+        let approved = tx.join_request("tpm", &opened.id).await.unwrap().unwrap();
+        assert_eq!(approved.state, JoinRequestState::Approved);
+        assert_eq!(
+            (approved.tenant_id.as_deref(), approved.site_id.as_deref()),
+            (Some("root"), Some("s"))
+        );
+        assert_eq!(approved.decided_at, Some(now + 10));
+        // Still the open one for this CSR while approved.
+        assert_eq!(
+            tx.open_join_request("tpm", "ek:1", &[1; 32], "{}", now, later)
+                .await
+                .unwrap()
+                .id,
+            opened.id
+        );
+
+        assert!(
+            !tx.consume_join_request("x509pop", &opened.id)
+                .await
+                .unwrap()
+        );
+        assert!(tx.consume_join_request("tpm", &opened.id).await.unwrap());
+        assert!(
+            !tx.consume_join_request("tpm", &opened.id).await.unwrap(),
+            "admits once"
+        );
+        let used = tx.join_request("tpm", &opened.id).await.unwrap().unwrap();
+        assert_eq!(used.state, JoinRequestState::Expired);
+
+        assert!(
+            tx.decide_join_request(&other.id, &JoinDecision::Deny, now + 10)
+                .await
+                .unwrap()
+        );
+        let denied = tx.join_request("tpm", &other.id).await.unwrap().unwrap();
+        assert_eq!(
+            (denied.state, denied.tenant_id),
+            (JoinRequestState::Denied, None)
+        );
+
+        let bad = tx
+            .open_join_request("tpm", "ek:1", &[3; 32], "not json", now, later)
+            .await;
+        assert!(
+            matches!(bad, Err(StoreError::InvalidJson { .. })),
+            "{bad:?}"
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn join_requests_lapse() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        let now = tx.now().await.unwrap();
+        // Lapsed a second ago by database time.
+        let stale = tx
+            .open_join_request("tpm", "ek:1", &[1; 32], "{}", now - 10_000, now - 1_000)
+            .await
+            .unwrap();
+        let read = tx.join_request("tpm", &stale.id).await.unwrap().unwrap();
+        assert_eq!(read.state, JoinRequestState::Expired);
+        let approve = JoinDecision::Approve {
+            tenant_id: "root".into(),
+            pool_id: None,
+            site_id: None,
+        };
+        assert!(
+            !tx.decide_join_request(&stale.id, &approve, now)
+                .await
+                .unwrap()
+        );
+        // A new round opens a fresh request.
+        let fresh = tx
+            .open_join_request("tpm", "ek:1", &[1; 32], "{}", now, now + 60_000)
+            .await
+            .unwrap();
+        assert_ne!(fresh.id, stale.id);
+        assert_eq!(fresh.state, JoinRequestState::Pending);
+
+        // Approved, then lapsed before use: cannot be consumed.
+        let approved = tx
+            .open_join_request("tpm", "ek:2", &[1; 32], "{}", now - 10_000, now + 200)
+            .await
+            .unwrap();
+        assert!(
+            tx.decide_join_request(&approved.id, &approve, now - 5_000)
+                .await
+                .unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!tx.consume_join_request("tpm", &approved.id).await.unwrap());
+        assert_eq!(
+            tx.join_request("tpm", &approved.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .state,
+            JoinRequestState::Expired
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
+/// Two transactions opening the same request at once end with one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_join_requests_converge() {
+    for t in testing::all().await {
+        let mut tasks = Vec::new();
+        for _ in 0..6 {
+            let db = t.db.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tx = db.begin().await.unwrap();
+                let now = tx.now().await.unwrap();
+                let row = tx
+                    .open_join_request("tpm", "ek:9", &[9; 32], "{}", now, now + 60_000)
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+                row.id
+            }));
+        }
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.push(task.await.unwrap());
+        }
+        ids.dedup();
+        assert_eq!(ids.len(), 1, "{:?}: {ids:?}", t.db.backend());
+    }
+}
+
+#[tokio::test]
+async fn attestor_kv_is_private_to_each_attestor() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(tx.kv_get("a", "k").await.unwrap(), None);
+        tx.kv_put("a", "k", b"one").await.unwrap();
+        tx.kv_put("a", "k", b"two").await.unwrap();
+        tx.kv_put("b", "k", b"").await.unwrap();
+        assert_eq!(
+            tx.kv_get("a", "k").await.unwrap().as_deref(),
+            Some(&b"two"[..])
+        );
+        assert_eq!(
+            tx.kv_get("b", "k").await.unwrap().as_deref(),
+            Some(&b""[..])
+        );
+        tx.kv_delete("a", "k").await.unwrap();
+        tx.kv_delete("a", "missing").await.unwrap();
+        assert_eq!(tx.kv_get("a", "k").await.unwrap(), None);
+        assert!(tx.kv_get("b", "k").await.unwrap().is_some());
+        let big = vec![0u8; KV_VALUE_MAX + 1];
+        assert!(matches!(
+            tx.kv_put("a", "big", &big).await,
+            Err(StoreError::TooLarge { .. })
+        ));
+        tx.kv_put("a", "max", &big[..KV_VALUE_MAX]).await.unwrap();
+        assert_eq!(
+            tx.kv_get("a", "max").await.unwrap().map(|v| v.len()),
+            Some(KV_VALUE_MAX)
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn events_and_audits_are_read_in_order() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        let event = |kind: &str| NewEvent {
+            at: 5,
+            kind: kind.into(),
+            tenant_id: Some("root".into()),
+            node_id: None,
+            attestor: Some("tpm".into()),
+            reason: Some("bound-elsewhere".into()),
+            token_id: None,
+            payload: serde_json::json!({"round": 1, "macs": ["aa"]}),
+        };
+        let first = tx
+            .insert_event(&event("security.join.refused"))
+            .await
+            .unwrap();
+        let second = tx.insert_event(&event("node.joined")).await.unwrap();
+        assert!(second > first);
+        let all = tx.list_events(0, 10).await.unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].id, first);
+        assert_eq!(all[0].kind, "security.join.refused");
+        assert_eq!(
+            all[0].payload,
+            serde_json::json!({"round": 1, "macs": ["aa"]})
+        );
+        assert_eq!(all[1].reason.as_deref(), Some("bound-elsewhere"));
+        assert_eq!(tx.list_events(first, 10).await.unwrap().len(), 1);
+        assert_eq!(tx.list_events(0, 1).await.unwrap()[0].id, first);
+
+        let audit = NewAudit {
+            at: 6,
+            attestor: "join-token".into(),
+            round: 2,
+            result: AuditResult::Admitted,
+            reason: None,
+            node_id: Some("node_1".into()),
+            token_id: Some("tok".into()),
+            subject: None,
+            node_key: Some("unattested".into()),
+            csr_sha256: Some([4; 32]),
+            client_addr: Some("192.0.2.1:4000".into()),
+        };
+        let id = tx.insert_audit(&audit).await.unwrap();
+        tx.insert_audit(&NewAudit {
+            result: AuditResult::Refused,
+            csr_sha256: None,
+            ..audit.clone()
+        })
+        .await
+        .unwrap();
+        let audits = tx.list_audits(0, 10).await.unwrap();
+        assert_eq!(
+            audits[0],
+            AuditRow {
+                id,
+                at: 6,
+                attestor: "join-token".into(),
+                round: 2,
+                result: AuditResult::Admitted,
+                reason: None,
+                node_id: Some("node_1".into()),
+                token_id: Some("tok".into()),
+                subject: None,
+                node_key: Some("unattested".into()),
+                csr_sha256: Some([4; 32]),
+                client_addr: Some("192.0.2.1:4000".into()),
+            }
+        );
+        assert_eq!(
+            (audits[1].result, audits[1].csr_sha256),
+            (AuditResult::Refused, None)
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn pools_leases_inventories_and_workflows() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_tenant("acme").await.unwrap();
+        let pool = PoolRow {
+            tenant_id: "acme".into(),
+            id: "p1".into(),
+            join_attestors: Some(vec!["tpm".into(), "x509pop".into()]),
+            owner: Some("lessee".into()),
+        };
+        tx.insert_pool(&pool).await.unwrap();
+        tx.insert_pool(&PoolRow {
+            id: "p2".into(),
+            join_attestors: None,
+            owner: None,
+            ..pool.clone()
+        })
+        .await
+        .unwrap();
+        assert_eq!(tx.pool("acme", "p1").await.unwrap(), Some(pool));
+        assert_eq!(
+            tx.pool("acme", "p2").await.unwrap().unwrap().join_attestors,
+            None
+        );
+        assert_eq!(tx.pool("root", "p1").await.unwrap(), None);
+
+        let lease = LeaseRow {
+            name: "site:a:boot".into(),
+            holder: "node_1".into(),
+            epoch: 3,
+            expires_at: 9,
+        };
+        tx.put_lease(&lease).await.unwrap();
+        let moved = LeaseRow {
+            holder: "node_2".into(),
+            epoch: 4,
+            ..lease.clone()
+        };
+        tx.put_lease(&moved).await.unwrap();
+        assert_eq!(tx.lease("site:a:boot").await.unwrap(), Some(moved));
+        assert_eq!(tx.lease("site:b:boot").await.unwrap(), None);
+        let huge = LeaseRow {
+            epoch: u64::MAX,
+            ..lease
+        };
+        assert!(matches!(
+            tx.put_lease(&huge).await,
+            Err(StoreError::OutOfRange(_))
+        ));
+
+        tx.insert_node(&new_node("node_1")).await.unwrap();
+        assert_eq!(tx.newest_inventory("node_1").await.unwrap(), None);
+        let inv = |id: &str, at: i64| InventoryRow {
+            id: id.into(),
+            node_id: "node_1".into(),
+            product_uuid: Some(format!("uuid-{id}")),
+            macs: vec!["aa:bb:cc:dd:ee:ff".into()],
+            recorded_at: at,
+        };
+        tx.insert_inventory(&inv("i1", 10)).await.unwrap();
+        tx.insert_inventory(&inv("i3", 30)).await.unwrap();
+        tx.insert_inventory(&inv("i2", 20)).await.unwrap();
+        assert_eq!(
+            tx.newest_inventory("node_1").await.unwrap(),
+            Some(inv("i3", 30))
+        );
+
+        let wf = |id: &str, at: i64| WorkflowRow {
+            id: id.into(),
+            node_id: "node_1".into(),
+            state: "running".into(),
+            step: "userdata.render".into(),
+            token_id: Some("tok_p".into()),
+            created_at: at,
+        };
+        tx.insert_workflow(&wf("wf1", 1)).await.unwrap();
+        tx.insert_workflow(&wf("wf2", 2)).await.unwrap();
+        assert_eq!(
+            tx.token_workflow("tok_p").await.unwrap(),
+            Some(wf("wf2", 2))
+        );
+        assert_eq!(tx.token_workflow("tok_q").await.unwrap(), None);
+        tx.commit().await.unwrap();
+    }
+}
+
+/// A row this host did not write decodes to an error naming it, never a panic.
+#[tokio::test]
+async fn corrupt_rows_are_errors() {
+    for t in testing::all().await {
+        sqlx::query(
+            "INSERT INTO nodes (id, tenant_id, role, identity_generation, created_at, updated_at) \
+             VALUES ('node_bad', 'root', 'emperor', 1, 0, 0), ('node_gen', 'root', 'node', 8589934592, 0, 0)",
+        )
+        .execute(t.db.pool())
+        .await
+        .unwrap();
+        let mut tx = t.db.begin().await.unwrap();
+        match tx.node("node_bad").await {
+            Err(StoreError::Corrupt(why)) => {
+                assert_eq!(why, "nodes.role: unknown node role `emperor`")
+            }
+            other => panic!("{other:?}"),
+        }
+        match tx.node("node_gen").await {
+            Err(StoreError::Corrupt(why)) => {
+                assert_eq!(why, "nodes.identity_generation: 8589934592 is not a u32")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(tx.list_nodes().await, Err(StoreError::Corrupt(_))));
+        // A decoding error is not a failed statement: the transaction still commits.
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn sqlite_urls_keep_awkward_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a dir#1?").join("gate%house.db");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let url = sqlite_url(&path).unwrap();
+    let db = Db::connect(&url).await.unwrap();
+    db.migrate().await.unwrap();
+    db.close().await;
+    assert!(path.exists(), "{url}");
+}
+
+#[test]
+fn backends_are_named_by_url() {
+    assert_eq!(
+        Backend::from_url("sqlite:/var/lib/gh.db?mode=rwc").unwrap(),
+        Backend::Sqlite
+    );
+    assert_eq!(
+        Backend::from_url("postgres://u@h/db").unwrap(),
+        Backend::Postgres
+    );
+    assert_eq!(
+        Backend::from_url("postgresql://u@h/db").unwrap(),
+        Backend::Postgres
+    );
+    match Backend::from_url("mysql://root:hunter2@h/db") {
+        Err(StoreError::UnsupportedUrl(shown)) => assert_eq!(shown, "mysql:"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(Backend::Postgres.to_string(), "postgres");
+}

@@ -1,0 +1,110 @@
+//! Join tokens: minting, locking for a join, spending a use, revoking.
+
+use sqlx::any::AnyRow;
+
+use super::decode::{Fields, flag};
+use super::{NewToken, StoreError, TokenExpect, TokenRow, Tx};
+
+/// The columns [`token`] reads.
+macro_rules! columns {
+    () => {
+        "id, role, secret_sha256, tenant_id, pool_id, site_id, expires_at, revoked, uses_total, \
+         uses_left, expect_product_uuid, expect_mac, expect_node_id, reclaim, created_at"
+    };
+}
+
+fn token(row: &AnyRow) -> Result<TokenRow, StoreError> {
+    let f = Fields::new(row, "join_tokens");
+    Ok(TokenRow {
+        id: f.text("id")?,
+        role: f.parse("role")?,
+        secret_sha256: f.sha256("secret_sha256")?,
+        tenant_id: f.text("tenant_id")?,
+        pool_id: f.opt_text("pool_id")?,
+        site_id: f.opt_text("site_id")?,
+        expires_at: f.i64("expires_at")?,
+        revoked: f.bool("revoked")?,
+        uses_total: f.u32("uses_total")?,
+        uses_left: f.u32("uses_left")?,
+        expect: TokenExpect {
+            product_uuid: f.opt_text("expect_product_uuid")?,
+            mac: f.opt_text("expect_mac")?,
+            node_id: f.opt_text("expect_node_id")?,
+        },
+        reclaim: f.bool("reclaim")?,
+        created_at: f.i64("created_at")?,
+    })
+}
+
+impl Tx {
+    /// Mints a token with all its uses left.
+    pub async fn insert_token(&mut self, t: &NewToken) -> Result<(), StoreError> {
+        let q = sqlx::query(
+            "INSERT INTO join_tokens (id, role, secret_sha256, tenant_id, pool_id, site_id, \
+             expires_at, revoked, uses_total, uses_left, expect_product_uuid, expect_mac, \
+             expect_node_id, reclaim, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $8, $9, $10, $11, $12, $13)",
+        )
+        .bind(&t.id)
+        .bind(t.role.as_str())
+        .bind(&t.secret_sha256[..])
+        .bind(&t.tenant_id)
+        .bind(&t.pool_id)
+        .bind(&t.site_id)
+        .bind(t.expires_at)
+        .bind(i64::from(t.uses))
+        .bind(&t.expect.product_uuid)
+        .bind(&t.expect.mac)
+        .bind(&t.expect.node_id)
+        .bind(flag(t.reclaim))
+        .bind(t.created_at);
+        self.execute(q).await.map(drop)
+    }
+
+    /// Reads a token and locks its row until this transaction ends (`FOR UPDATE` on
+    /// Postgres; SQLite's `BEGIN IMMEDIATE` already excludes other writers). `None` if there
+    /// is no such id.
+    pub async fn lock_token(&mut self, id: &str) -> Result<Option<TokenRow>, StoreError> {
+        let sql = self.pick(
+            concat!("SELECT ", columns!(), " FROM join_tokens WHERE id = $1"),
+            concat!(
+                "SELECT ",
+                columns!(),
+                " FROM join_tokens WHERE id = $1 FOR UPDATE"
+            ),
+        );
+        let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
+        row.as_ref().map(token).transpose()
+    }
+
+    /// Spends one use; returns the uses left. [`StoreError::NoUsesLeft`] when it had none
+    /// (or does not exist): the count never goes below zero, even under concurrency.
+    pub async fn consume_token(&mut self, id: &str) -> Result<u32, StoreError> {
+        let q = sqlx::query(
+            "UPDATE join_tokens SET uses_left = uses_left - 1 \
+             WHERE id = $1 AND uses_left > 0 RETURNING uses_left",
+        )
+        .bind(id);
+        match self.fetch_optional(q).await? {
+            Some(row) => Fields::new(&row, "join_tokens").u32("uses_left"),
+            None => Err(StoreError::NoUsesLeft),
+        }
+    }
+
+    /// Every token, oldest first.
+    pub async fn list_tokens(&mut self) -> Result<Vec<TokenRow>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            columns!(),
+            " FROM join_tokens ORDER BY created_at, id"
+        );
+        let rows = self.fetch_all(sqlx::query(sql)).await?;
+        rows.iter().map(token).collect()
+    }
+
+    /// Revokes a token; false if there is no such id. Revoking twice is harmless.
+    pub async fn revoke_token(&mut self, id: &str) -> Result<bool, StoreError> {
+        let q = sqlx::query("UPDATE join_tokens SET revoked = 1 WHERE id = $1").bind(id);
+        Ok(self.execute(q).await? > 0)
+    }
+}

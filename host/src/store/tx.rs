@@ -1,0 +1,207 @@
+//! The transaction type, and how it stays safe when it is dropped half-way.
+//!
+//! A [`Tx`] owns a pooled connection and manages the transaction with plain `BEGIN` /
+//! `COMMIT` / `ROLLBACK` statements rather than sqlx's `Transaction`, whose `begin` can leave a
+//! connection inside a transaction when cancelled between sending `BEGIN` and reading the
+//! answer. The rule here: a connection goes back to the pool only after a `COMMIT` or
+//! `ROLLBACK` of ours succeeded on it. A `Tx` dropped unfinished (a refusal path, a client that
+//! hung up and cancelled the join's future at any await point, a failed commit) hands its
+//! connection to a task that runs `ROLLBACK` (bounded by [`WAIT`]) and returns it to the pool
+//! only if that succeeds; otherwise, or without a runtime to run the task, the connection is
+//! closed, which makes the server (or SQLite) roll back.
+
+use sqlx::any::{Any, AnyArguments, AnyRow};
+use sqlx::pool::PoolConnection;
+use sqlx::query::Query;
+use sqlx::{AnyConnection, AnyPool, Executor};
+
+use super::db::WAIT;
+use super::{Backend, StoreError};
+
+/// Begins a Postgres transaction in one round trip. `statement_timeout` and `lock_timeout`
+/// bound every statement and lock wait (the row lock on a token is held while an attestor
+/// runs); `idle_in_transaction_session_timeout` ends a session a stuck caller left open.
+const POSTGRES_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = '5s'; \
+                              SET LOCAL lock_timeout = '5s'; \
+                              SET LOCAL idle_in_transaction_session_timeout = '60s'";
+
+/// Takes SQLite's write lock at once: a deferred `BEGIN` that reads first fails with "database
+/// is locked" on its first write, without waiting for the busy timeout.
+const SQLITE_BEGIN: &str = "BEGIN IMMEDIATE";
+
+/// Database time in ms since the Unix epoch.
+const SQLITE_NOW: &str = concat!("SELECT ", sqlite_now!(), " AS now");
+/// Database time in ms since the Unix epoch.
+const POSTGRES_NOW: &str = concat!("SELECT ", postgres_now!(), " AS now");
+
+/// An open write transaction, owning its connection (`'static`, `Send`).
+///
+/// Finish it with [`Tx::commit`] or [`Tx::rollback`]. Dropping it, or cancelling any of its
+/// futures, rolls it back (see the module documentation). Prefer an explicit `rollback` where
+/// the code path allows: it reports failures. After a statement fails with
+/// [`StoreError::Query`], `commit` rolls back and returns [`StoreError::Aborted`] (on Postgres
+/// the transaction is already aborted; SQLite gets the same rule so callers behave alike).
+///
+/// Hold one `Tx` at a time per task: on SQLite the pool has a single connection, so a second
+/// `begin` waits for the first `Tx` to end.
+#[derive(Debug)]
+pub struct Tx {
+    /// Some until dropped.
+    conn: Option<PoolConnection<Any>>,
+    backend: Backend,
+    /// A `COMMIT` or `ROLLBACK` succeeded: the connection may go back to the pool.
+    finished: bool,
+    /// A statement failed: the transaction may only be rolled back.
+    failed: bool,
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if self.finished {
+            return; // The connection goes back to the pool with the field.
+        }
+        let Some(conn) = self.conn.take() else { return };
+        let mut pending = PendingRollback {
+            conn,
+            rolled_back: false,
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let rollback = pending.conn.execute("ROLLBACK");
+                if let Ok(Ok(_)) = tokio::time::timeout(WAIT, rollback).await {
+                    pending.rolled_back();
+                }
+            });
+        }
+        // Without a runtime, `pending` drops here and closes the connection.
+    }
+}
+
+/// A connection whose transaction was abandoned. Dropped before its `ROLLBACK` succeeded
+/// (the rollback failed or timed out, or its task never ran), it closes the connection
+/// instead of returning it to the pool.
+struct PendingRollback {
+    conn: PoolConnection<Any>,
+    rolled_back: bool,
+}
+
+impl PendingRollback {
+    /// The `ROLLBACK` succeeded: the connection may go back to the pool.
+    fn rolled_back(&mut self) {
+        self.rolled_back = true;
+    }
+}
+
+impl Drop for PendingRollback {
+    fn drop(&mut self) {
+        if !self.rolled_back {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+impl Tx {
+    pub(super) async fn begin(pool: &AnyPool, backend: Backend) -> Result<Tx, StoreError> {
+        let conn = pool.acquire().await?;
+        // From here on, dropping this future drops the Tx, which rolls back.
+        let mut tx = Tx {
+            conn: Some(conn),
+            backend,
+            finished: false,
+            failed: false,
+        };
+        let begin = match backend {
+            Backend::Sqlite => SQLITE_BEGIN,
+            Backend::Postgres => POSTGRES_BEGIN,
+        };
+        let done = tx.conn()?.execute(begin).await;
+        tx.check(done)?;
+        Ok(tx)
+    }
+
+    /// Commits. If a statement failed earlier, rolls back instead and returns
+    /// [`StoreError::Aborted`].
+    pub async fn commit(mut self) -> Result<(), StoreError> {
+        if self.failed {
+            self.end("ROLLBACK").await?;
+            return Err(StoreError::Aborted);
+        }
+        self.end("COMMIT").await
+    }
+
+    /// Rolls back.
+    pub async fn rollback(mut self) -> Result<(), StoreError> {
+        self.end("ROLLBACK").await
+    }
+
+    async fn end(&mut self, statement: &'static str) -> Result<(), StoreError> {
+        self.conn()?.execute(statement).await?;
+        self.finished = true;
+        Ok(())
+    }
+
+    /// The database's clock in ms since the Unix epoch: the one clock expiry is decided by,
+    /// shared by every replica.
+    pub async fn now(&mut self) -> Result<i64, StoreError> {
+        let sql = self.pick(SQLITE_NOW, POSTGRES_NOW);
+        let row = self.fetch_one(sqlx::query(sql)).await?;
+        super::decode::Fields::new(&row, "now").i64("now")
+    }
+
+    /// Chooses the statement for this backend.
+    pub(super) fn pick(&self, sqlite: &'static str, postgres: &'static str) -> &'static str {
+        match self.backend {
+            Backend::Sqlite => sqlite,
+            Backend::Postgres => postgres,
+        }
+    }
+
+    /// The connection; [`StoreError::Aborted`] once it was handed to a rollback (which only
+    /// happens in `drop`, so no caller sees it).
+    fn conn(&mut self) -> Result<&mut AnyConnection, StoreError> {
+        self.conn.as_deref_mut().ok_or(StoreError::Aborted)
+    }
+
+    fn check<T>(&mut self, result: Result<T, sqlx::Error>) -> Result<T, StoreError> {
+        if result.is_err() {
+            self.failed = true;
+        }
+        result.map_err(StoreError::Query)
+    }
+
+    /// Runs a statement; the number of rows it changed.
+    pub(super) async fn execute<'q>(
+        &mut self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<u64, StoreError> {
+        let result = self.conn()?.execute(query).await;
+        self.check(result).map(|done| done.rows_affected())
+    }
+
+    /// Runs a query that returns at most one row.
+    pub(super) async fn fetch_optional<'q>(
+        &mut self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<Option<AnyRow>, StoreError> {
+        let result = self.conn()?.fetch_optional(query).await;
+        self.check(result)
+    }
+
+    /// Runs a query that returns exactly one row.
+    pub(super) async fn fetch_one<'q>(
+        &mut self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<AnyRow, StoreError> {
+        let result = self.conn()?.fetch_one(query).await;
+        self.check(result)
+    }
+
+    /// Runs a query and collects its rows.
+    pub(super) async fn fetch_all<'q>(
+        &mut self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<Vec<AnyRow>, StoreError> {
+        let result = self.conn()?.fetch_all(query).await;
+        self.check(result)
+    }
+}
