@@ -293,6 +293,42 @@ async fn a_dropped_transaction_rolls_back_and_releases_its_connection() {
     }
 }
 
+/// A transaction dropped between statements is rolled back on its connection, which then
+/// goes back to the pool instead of costing a reconnect.
+#[tokio::test]
+async fn a_dropped_transaction_keeps_its_connection_when_the_rollback_succeeds() {
+    for t in testing::all().await {
+        let pool = t.db.pool();
+        // Connections come back to the pool asynchronously: wait until every one is idle.
+        let settle = || async {
+            for _ in 0..200 {
+                if pool.num_idle() == pool.size() as usize {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("connections did not come back to the pool");
+        };
+        settle().await;
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_tenant("dropped").await.unwrap();
+        let open = pool.size();
+        drop(tx);
+        settle().await;
+        assert_eq!(
+            pool.size(),
+            open,
+            "{:?}: the connection was closed",
+            t.db.backend()
+        );
+        assert_no_idle_transaction(&t).await;
+        // And the rollback happened: the tenant can be created again.
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_tenant("dropped").await.unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
 /// Cancelling a join at any await point (a client hanging up) spends nothing and leaves no
 /// connection inside a transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
