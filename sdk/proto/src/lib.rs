@@ -6,6 +6,7 @@
 
 pub mod b64;
 mod join;
+mod seal;
 mod token;
 mod trust;
 
@@ -13,6 +14,7 @@ pub use join::{
     Challenge, Claims, Deferral, JoinRequest, JoinResponse, JoinResponseBody, Pending, Role,
     RESPONSE_SIGNING_CONTEXT, response_signing_input,
 };
+pub use seal::{SealError, TokenOpeningKey, generate_token_keypair, open_token, seal_token};
 pub use token::{TOKEN_SEAL_INFO, TokenError, TokenString};
 pub use trust::JoinTrust;
 

@@ -27,6 +27,9 @@ pub enum TokenError {
     /// The secret is not 32 bytes of unpadded base64url.
     #[error("the token secret is not 32 bytes of base64url")]
     Secret,
+    /// The sealed token does not open: tampered, sealed to another key, or for another CSR.
+    #[error("the sealed token does not open for this key and CSR")]
+    Sealed,
 }
 
 /// A parsed join token.
