@@ -1,0 +1,205 @@
+//! Challenge state: what an attestor keeps between the rounds of a join, sealed by the host.
+//!
+//! A challenge round writes no row, so any replica can take the answer. The attestor's state
+//! travels with the challenge, sealed under the challenge key every replica shares
+//! (AES-256-GCM, a random 96-bit nonce in front). The associated data binds the calling
+//! attestor's id and the binding it chose (typically the CSR's hash), so state opens only for
+//! the same attestor and binding: one attestor cannot open or forge another's.
+
+use aws_lc_rs::aead::{Aad, NONCE_LEN, Nonce};
+
+use super::Pki;
+
+/// Domain separation for challenge state.
+const CONTEXT: &[u8] = b"gatehouse/state/v1";
+/// Largest plaintext sealed.
+pub const MAX_STATE_LEN: usize = 64 * 1024;
+/// Largest binding accepted.
+pub const MAX_BINDING_LEN: usize = 1024;
+/// Largest attestor id accepted.
+const MAX_ATTESTOR_ID_LEN: usize = 256;
+/// The AES-GCM tag length.
+const TAG_LEN: usize = 16;
+
+/// Why state could not be sealed or opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The plaintext, sealed state, binding or attestor id is larger than allowed.
+    #[error("state, binding or attestor id too large")]
+    TooLarge,
+    /// The sealed state does not open: modified, sealed for another attestor or binding, or
+    /// under another challenge key.
+    #[error("the sealed state does not open")]
+    Unsealable,
+    /// aws-lc-rs failed to seal (no randomness).
+    #[error("sealing failed")]
+    Seal,
+}
+
+/// `CONTEXT`, the attestor id and the binding, each with a 4-byte big-endian length.
+fn associated_data(attestor_id: &str, binding: &[u8]) -> Result<Vec<u8>, StateError> {
+    if attestor_id.len() > MAX_ATTESTOR_ID_LEN || binding.len() > MAX_BINDING_LEN {
+        return Err(StateError::TooLarge);
+    }
+    let mut aad = Vec::with_capacity(12 + CONTEXT.len() + attestor_id.len() + binding.len());
+    for field in [CONTEXT, attestor_id.as_bytes(), binding] {
+        let len = u32::try_from(field.len()).map_err(|_| StateError::TooLarge)?;
+        aad.extend_from_slice(&len.to_be_bytes());
+        aad.extend_from_slice(field);
+    }
+    Ok(aad)
+}
+
+impl Pki {
+    /// Seals `plaintext` (at most [`MAX_STATE_LEN`] bytes) for `attestor_id` and `binding`:
+    /// `nonce || ciphertext || tag`.
+    pub fn seal_state(
+        &self,
+        attestor_id: &str,
+        binding: &[u8],
+        plaintext: &[u8],
+    ) -> Result<Vec<u8>, StateError> {
+        if plaintext.len() > MAX_STATE_LEN {
+            return Err(StateError::TooLarge);
+        }
+        let aad = associated_data(attestor_id, binding)?;
+        let mut in_out = Vec::with_capacity(plaintext.len() + TAG_LEN);
+        in_out.extend_from_slice(plaintext);
+        let nonce = self
+            .challenge_key
+            .seal_in_place_append_tag(Aad::from(aad), &mut in_out)
+            .map_err(|_| StateError::Seal)?;
+        let mut sealed = Vec::with_capacity(NONCE_LEN + in_out.len());
+        sealed.extend_from_slice(nonce.as_ref());
+        sealed.extend_from_slice(&in_out);
+        Ok(sealed)
+    }
+
+    /// Opens what [`Pki::seal_state`] sealed for the same `attestor_id` and `binding`.
+    pub fn open_state(
+        &self,
+        attestor_id: &str,
+        binding: &[u8],
+        sealed: &[u8],
+    ) -> Result<Vec<u8>, StateError> {
+        if sealed.len() > NONCE_LEN + MAX_STATE_LEN + TAG_LEN {
+            return Err(StateError::TooLarge);
+        }
+        let aad = associated_data(attestor_id, binding)?;
+        let Some((nonce, ciphertext)) = sealed.split_at_checked(NONCE_LEN) else {
+            return Err(StateError::Unsealable);
+        };
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| StateError::Unsealable)?;
+        let mut in_out = ciphertext.to_vec();
+        let len = self
+            .challenge_key
+            .open_in_place(nonce, Aad::from(aad), &mut in_out)
+            .map_err(|_| StateError::Unsealable)?
+            .len();
+        in_out.truncate(len);
+        Ok(in_out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_with_fresh_nonces() {
+        let pki = Pki::generate("td").unwrap();
+        let a = pki.seal_state("tpm", b"csr-hash", b"secret state").unwrap();
+        let b = pki.seal_state("tpm", b"csr-hash", b"secret state").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), NONCE_LEN + 12 + TAG_LEN);
+        assert_eq!(
+            pki.open_state("tpm", b"csr-hash", &a).unwrap(),
+            b"secret state"
+        );
+        assert_eq!(
+            pki.open_state("tpm", b"csr-hash", &b).unwrap(),
+            b"secret state"
+        );
+        let empty = pki.seal_state("tpm", b"", b"").unwrap();
+        assert_eq!(pki.open_state("tpm", b"", &empty).unwrap(), b"");
+    }
+
+    #[test]
+    fn bound_to_attestor_binding_and_key() {
+        let pki = Pki::generate("td").unwrap();
+        let sealed = pki.seal_state("tpm", b"csr-1", b"state").unwrap();
+        assert_eq!(
+            pki.open_state("x509pop", b"csr-1", &sealed),
+            Err(StateError::Unsealable)
+        );
+        assert_eq!(
+            pki.open_state("tpm", b"csr-2", &sealed),
+            Err(StateError::Unsealable)
+        );
+        // Length prefixes: moving bytes between the id and the binding changes the AAD.
+        assert_eq!(
+            pki.open_state("tp", b"mcsr-1", &sealed),
+            Err(StateError::Unsealable)
+        );
+        let other = Pki::generate("td").unwrap();
+        assert_eq!(
+            other.open_state("tpm", b"csr-1", &sealed),
+            Err(StateError::Unsealable)
+        );
+        for i in 0..sealed.len() {
+            let mut flipped = sealed.clone();
+            flipped[i] ^= 0x80;
+            assert_eq!(
+                pki.open_state("tpm", b"csr-1", &flipped),
+                Err(StateError::Unsealable),
+                "byte {i}"
+            );
+        }
+        assert_eq!(
+            pki.open_state("tpm", b"csr-1", &sealed[..sealed.len() - 1]),
+            Err(StateError::Unsealable)
+        );
+        assert_eq!(
+            pki.open_state("tpm", b"csr-1", &sealed[..5]),
+            Err(StateError::Unsealable)
+        );
+    }
+
+    #[test]
+    fn size_caps() {
+        let pki = Pki::generate("td").unwrap();
+        pki.seal_state("a", &[0; MAX_BINDING_LEN], &vec![0; MAX_STATE_LEN])
+            .unwrap();
+        assert_eq!(
+            pki.seal_state("a", b"", &vec![0; MAX_STATE_LEN + 1]),
+            Err(StateError::TooLarge)
+        );
+        assert_eq!(
+            pki.seal_state("a", &[0; MAX_BINDING_LEN + 1], b""),
+            Err(StateError::TooLarge)
+        );
+        assert_eq!(
+            pki.seal_state(&"a".repeat(257), b"", b""),
+            Err(StateError::TooLarge)
+        );
+        assert_eq!(
+            pki.open_state("a", b"", &vec![0; NONCE_LEN + MAX_STATE_LEN + TAG_LEN + 1]),
+            Err(StateError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn display() {
+        assert_eq!(
+            StateError::TooLarge.to_string(),
+            "state, binding or attestor id too large"
+        );
+        assert_eq!(
+            StateError::Unsealable.to_string(),
+            "the sealed state does not open"
+        );
+        assert_eq!(StateError::Seal.to_string(), "sealing failed");
+    }
+}
