@@ -1,0 +1,126 @@
+//! The glue [`export_attestor!`](crate::export_attestor) expands to: the WIT `verifier`
+//! implementation for any [`Attestor`], and the [`Tx`]/[`Crypto`] implementations that call
+//! the host's imports.
+
+use std::marker::PhantomData;
+
+use crate::wit::better_compute::attestor::{crypto, transaction};
+use crate::wit::exports::better_compute::attestor::verifier::Guest;
+use crate::{
+    Attestor, Context, Crypto, CryptoError, Info, Inventory, JoinRequest, JoinRequestRow, Lease,
+    Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, Tx, TxError, UseError,
+    VerifiedChain, Workflow, reason, refuse,
+};
+
+/// The exported `verifier` for attestor `T`.
+pub struct Export<T>(PhantomData<T>);
+
+impl<T: Attestor> Guest for Export<T> {
+    fn describe() -> Info {
+        T::info()
+    }
+
+    fn configure(config: String) -> Result<(), String> {
+        T::configure(&config).map(drop)
+    }
+
+    fn verify(tx: &transaction::Tx, config: String, request: JoinRequest) -> Outcome {
+        // The host passes the text `configure` accepted at load, so this fails only if the
+        // attestor's `configure` is not deterministic; refusing is the safe answer.
+        let attestor = match T::configure(&config) {
+            Ok(attestor) => attestor,
+            Err(_) => return refuse(reason::BAD_CONFIG).into(),
+        };
+        let cx = Context {
+            tx: &HostTx(tx),
+            crypto: &HostCrypto,
+        };
+        attestor.verify(&cx, &request)
+    }
+}
+
+/// [`Tx`] over the borrowed `transaction.tx` resource the host passed to `verify`.
+struct HostTx<'a>(&'a transaction::Tx);
+
+impl Tx for HostTx<'_> {
+    fn now(&self) -> TimestampMs {
+        self.0.now()
+    }
+    fn lock_token(&self, id: &str) -> Result<Option<Token>, TxError> {
+        self.0.lock_token(id)
+    }
+    fn consume_token(&self, id: &str) -> Result<u32, TxError> {
+        self.0.consume_token(id)
+    }
+    fn node(&self, id: &str) -> Result<Option<Node>, TxError> {
+        self.0.node(id)
+    }
+    fn node_cert(&self, der: &[u8]) -> Result<Option<NodeCert>, TxError> {
+        self.0.node_cert(der)
+    }
+    fn bound_node(&self, kind: &str, value: &str) -> Result<Option<String>, TxError> {
+        self.0.bound_node(kind, value)
+    }
+    fn lease(&self, name: &str) -> Result<Option<Lease>, TxError> {
+        self.0.lease(name)
+    }
+    fn newest_inventory(&self, node_id: &str) -> Result<Option<Inventory>, TxError> {
+        self.0.newest_inventory(node_id)
+    }
+    fn token_workflow(&self, token_id: &str) -> Result<Option<Workflow>, TxError> {
+        self.0.token_workflow(token_id)
+    }
+    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
+        self.0.record_use(subject, expires_at)
+    }
+    fn open_join_request(&self, subject: &str, details: &str) -> Result<JoinRequestRow, TxError> {
+        self.0.open_join_request(subject, details)
+    }
+    fn join_request(&self, id: &str) -> Result<Option<JoinRequestRow>, TxError> {
+        self.0.join_request(id)
+    }
+    fn consume_join_request(&self, id: &str) -> Result<(), TxError> {
+        self.0.consume_join_request(id)
+    }
+    fn kv_get(&self, key: &str) -> Result<Option<Vec<u8>>, TxError> {
+        self.0.kv_get(key)
+    }
+    fn kv_put(&self, key: &str, value: &[u8]) -> Result<(), TxError> {
+        self.0.kv_put(key, value)
+    }
+    fn kv_delete(&self, key: &str) -> Result<(), TxError> {
+        self.0.kv_delete(key)
+    }
+}
+
+/// [`Crypto`] over the host's `crypto` imports.
+struct HostCrypto;
+
+impl Crypto for HostCrypto {
+    fn sha256(&self, data: &[u8]) -> Vec<u8> {
+        crypto::sha256(data)
+    }
+    fn verify_signature(
+        &self,
+        scheme: SignatureScheme,
+        spki: &[u8],
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), CryptoError> {
+        crypto::verify_signature(scheme, spki, message, signature)
+    }
+    fn verify_chain(
+        &self,
+        chain: &[Vec<u8>],
+        roots: &[Vec<u8>],
+        at: TimestampMs,
+    ) -> Result<VerifiedChain, CryptoError> {
+        crypto::verify_chain(chain, roots, at)
+    }
+    fn seal_state(&self, plaintext: &[u8], binding: &[u8]) -> Vec<u8> {
+        crypto::seal_state(plaintext, binding)
+    }
+    fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        crypto::open_state(sealed, binding)
+    }
+}
