@@ -47,7 +47,11 @@ pub struct JoinRequest {
     /// The role the machine asks for.
     pub role: Role,
     /// The join token sealed to the JoinService encryption key (see [`crate::TokenString`]).
-    #[serde(default, with = "crate::b64::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "crate::b64::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub sealed_token: Option<Vec<u8>>,
     /// Attestor-specific evidence.
     #[serde(default, with = "crate::b64", skip_serializing_if = "Vec::is_empty")]
@@ -155,13 +159,16 @@ mod tests {
         assert_eq!(req.attestor, "");
         assert_eq!(req.round, 1);
         assert_eq!(req.csr, vec![1, 2, 3]);
-        let back: JoinRequest = serde_json::from_str(&serde_json::to_string(&req).unwrap()).unwrap();
+        let back: JoinRequest =
+            serde_json::from_str(&serde_json::to_string(&req).unwrap()).unwrap();
         assert_eq!(back, req);
     }
 
     #[test]
     fn request_rejects_unknown_fields_and_bad_base64() {
-        assert!(serde_json::from_str::<JoinRequest>(r#"{"role":"node","csr":"AQID","x":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<JoinRequest>(r#"{"role":"node","csr":"AQID","x":1}"#).is_err()
+        );
         assert!(serde_json::from_str::<JoinRequest>(r#"{"role":"node","csr":"AQ=="}"#).is_err());
         assert!(serde_json::from_str::<JoinRequest>(r#"{"role":"admin","csr":"AQID"}"#).is_err());
     }
@@ -180,7 +187,10 @@ mod tests {
             csr_sha256: "00".into(),
             node_id: String::new(),
             chain: vec![],
-            deferral: Some(Deferral::Pending(Pending { request_id: "jr_1".into(), retry_after_seconds: 30 })),
+            deferral: Some(Deferral::Pending(Pending {
+                request_id: "jr_1".into(),
+                retry_after_seconds: 30,
+            })),
         };
         let json = serde_json::to_value(&body).unwrap();
         assert_eq!(json["deferral"]["pending"]["requestId"], "jr_1");

@@ -11,8 +11,8 @@ mod token;
 mod trust;
 
 pub use join::{
-    Challenge, Claims, Deferral, JoinRequest, JoinResponse, JoinResponseBody, Pending, Role,
-    RESPONSE_SIGNING_CONTEXT, response_signing_input,
+    Challenge, Claims, Deferral, JoinRequest, JoinResponse, JoinResponseBody, Pending,
+    RESPONSE_SIGNING_CONTEXT, Role, response_signing_input,
 };
 pub use seal::{SealError, TokenOpeningKey, generate_token_keypair, open_token, seal_token};
 pub use token::{TOKEN_SEAL_INFO, TokenError, TokenString};

@@ -46,7 +46,8 @@ impl TokenOpeningKey {
 
     /// The matching public key agents seal to.
     pub fn public_key(&self) -> Result<[u8; 32], SealError> {
-        let sk = <Suite as Kem>::PrivateKey::from_bytes(&self.0).map_err(|_| SealError::RecipientKey)?;
+        let sk =
+            <Suite as Kem>::PrivateKey::from_bytes(&self.0).map_err(|_| SealError::RecipientKey)?;
         Ok(<Suite as Kem>::sk_to_pk(&sk).to_bytes().into())
     }
 }
@@ -70,10 +71,21 @@ pub fn generate_token_keypair() -> (TokenOpeningKey, [u8; 32]) {
 }
 
 /// Seals `token` to `recipient_public` for the CSR whose SHA-256 is `csr_sha256`.
-pub fn seal_token(recipient_public: &[u8], token: &TokenString, csr_sha256: &[u8; 32]) -> Result<Vec<u8>, SealError> {
-    let pk = <Suite as Kem>::PublicKey::from_bytes(recipient_public).map_err(|_| SealError::RecipientKey)?;
+pub fn seal_token(
+    recipient_public: &[u8],
+    token: &TokenString,
+    csr_sha256: &[u8; 32],
+) -> Result<Vec<u8>, SealError> {
+    let pk = <Suite as Kem>::PublicKey::from_bytes(recipient_public)
+        .map_err(|_| SealError::RecipientKey)?;
     let mut text = token.to_text().into_bytes();
-    let sealed = hpke::single_shot_seal::<ChaCha20Poly1305, HkdfSha256, Suite>(&OpModeS::Base, &pk, TOKEN_SEAL_INFO, &text, csr_sha256);
+    let sealed = hpke::single_shot_seal::<ChaCha20Poly1305, HkdfSha256, Suite>(
+        &OpModeS::Base,
+        &pk,
+        TOKEN_SEAL_INFO,
+        &text,
+        csr_sha256,
+    );
     text.zeroize();
     let (enc, ciphertext) = sealed.map_err(|_| SealError::Seal)?;
     let mut out = enc.to_bytes().to_vec();
@@ -82,16 +94,29 @@ pub fn seal_token(recipient_public: &[u8], token: &TokenString, csr_sha256: &[u8
 }
 
 /// Opens a sealed token for the CSR whose SHA-256 is `csr_sha256`. Total on untrusted input.
-pub fn open_token(key: &TokenOpeningKey, sealed: &[u8], csr_sha256: &[u8; 32]) -> Result<TokenString, TokenError> {
+pub fn open_token(
+    key: &TokenOpeningKey,
+    sealed: &[u8],
+    csr_sha256: &[u8; 32],
+) -> Result<TokenString, TokenError> {
     if sealed.len() <= ENC_LEN || sealed.len() > MAX_SEALED {
         return Err(TokenError::Sealed);
     }
     let (enc, ciphertext) = sealed.split_at(ENC_LEN);
     let sk = <Suite as Kem>::PrivateKey::from_bytes(&key.0).map_err(|_| TokenError::Sealed)?;
     let enc = <Suite as Kem>::EncappedKey::from_bytes(enc).map_err(|_| TokenError::Sealed)?;
-    let mut text = hpke::single_shot_open::<ChaCha20Poly1305, HkdfSha256, Suite>(&OpModeR::Base, &sk, &enc, TOKEN_SEAL_INFO, ciphertext, csr_sha256)
-        .map_err(|_| TokenError::Sealed)?;
-    let parsed = std::str::from_utf8(&text).map_err(|_| TokenError::Format).and_then(TokenString::parse);
+    let mut text = hpke::single_shot_open::<ChaCha20Poly1305, HkdfSha256, Suite>(
+        &OpModeR::Base,
+        &sk,
+        &enc,
+        TOKEN_SEAL_INFO,
+        ciphertext,
+        csr_sha256,
+    )
+    .map_err(|_| TokenError::Sealed)?;
+    let parsed = std::str::from_utf8(&text)
+        .map_err(|_| TokenError::Format)
+        .and_then(TokenString::parse);
     text.zeroize();
     parsed
 }
@@ -102,7 +127,10 @@ mod tests {
     use super::*;
 
     fn token() -> TokenString {
-        TokenString { id: "tok_abc".into(), secret: vec![9; 32] }
+        TokenString {
+            id: "tok_abc".into(),
+            secret: vec![9; 32],
+        }
     }
 
     #[test]
@@ -112,9 +140,17 @@ mod tests {
         let csr = [1u8; 32];
         let sealed = seal_token(&public, &token(), &csr).unwrap();
         assert_eq!(open_token(&key, &sealed, &csr).unwrap(), token());
-        assert_eq!(open_token(&key, &sealed, &[2u8; 32]), Err(TokenError::Sealed), "another CSR");
+        assert_eq!(
+            open_token(&key, &sealed, &[2u8; 32]),
+            Err(TokenError::Sealed),
+            "another CSR"
+        );
         let (other, _) = generate_token_keypair();
-        assert_eq!(open_token(&other, &sealed, &csr), Err(TokenError::Sealed), "another key");
+        assert_eq!(
+            open_token(&other, &sealed, &csr),
+            Err(TokenError::Sealed),
+            "another key"
+        );
     }
 
     #[test]
@@ -125,12 +161,25 @@ mod tests {
         for i in [0, ENC_LEN, sealed.len() - 1] {
             let mut bad = sealed.clone();
             bad[i] ^= 1;
-            assert_eq!(open_token(&key, &bad, &csr), Err(TokenError::Sealed), "byte {i}");
+            assert_eq!(
+                open_token(&key, &bad, &csr),
+                Err(TokenError::Sealed),
+                "byte {i}"
+            );
         }
-        assert_eq!(open_token(&key, &sealed[..ENC_LEN], &csr), Err(TokenError::Sealed));
+        assert_eq!(
+            open_token(&key, &sealed[..ENC_LEN], &csr),
+            Err(TokenError::Sealed)
+        );
         assert_eq!(open_token(&key, &[], &csr), Err(TokenError::Sealed));
-        assert_eq!(open_token(&key, &vec![0; 4096], &csr), Err(TokenError::Sealed));
-        assert_eq!(seal_token(&[1, 2, 3], &token(), &csr), Err(SealError::RecipientKey));
+        assert_eq!(
+            open_token(&key, &vec![0; 4096], &csr),
+            Err(TokenError::Sealed)
+        );
+        assert_eq!(
+            seal_token(&[1, 2, 3], &token(), &csr),
+            Err(SealError::RecipientKey)
+        );
     }
 
     #[test]

@@ -44,7 +44,9 @@ pub struct TokenString {
 impl fmt::Debug for TokenString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never print the secret.
-        f.debug_struct("TokenString").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("TokenString")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -62,7 +64,9 @@ impl TokenString {
         }
         if id.is_empty()
             || id.len() > MAX_ID_LEN
-            || !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         {
             return Err(TokenError::Id);
         }
@@ -70,7 +74,10 @@ impl TokenString {
         if secret.len() != SECRET_LEN {
             return Err(TokenError::Secret);
         }
-        Ok(Self { id: id.to_owned(), secret })
+        Ok(Self {
+            id: id.to_owned(),
+            secret,
+        })
     }
 
     /// The token's text form.
@@ -85,7 +92,10 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let t = TokenString { id: "tok_abc123".into(), secret: vec![7; 32] };
+        let t = TokenString {
+            id: "tok_abc123".into(),
+            secret: vec![7; 32],
+        };
         let text = t.to_text();
         assert_eq!(TokenString::parse(&format!(" {text}\n")).unwrap(), t);
         assert!(!format!("{t:?}").contains(&crate::b64::encode([7u8; 32])));
@@ -95,11 +105,29 @@ mod tests {
     fn rejects_malformed() {
         let secret = crate::b64::encode([1u8; 32]);
         assert_eq!(TokenString::parse("gh1.tok_a"), Err(TokenError::Format));
-        assert_eq!(TokenString::parse(&format!("gh2.tok_a.{secret}")), Err(TokenError::Format));
-        assert_eq!(TokenString::parse(&format!("gh1.Tok-A.{secret}")), Err(TokenError::Id));
-        assert_eq!(TokenString::parse(&format!("gh1..{secret}")), Err(TokenError::Id));
-        assert_eq!(TokenString::parse("gh1.tok_a.AAAA"), Err(TokenError::Secret));
-        assert_eq!(TokenString::parse(&format!("gh1.tok_a.{secret}.x")), Err(TokenError::Format));
-        assert_eq!(TokenError::Secret.to_string(), "the token secret is not 32 bytes of base64url");
+        assert_eq!(
+            TokenString::parse(&format!("gh2.tok_a.{secret}")),
+            Err(TokenError::Format)
+        );
+        assert_eq!(
+            TokenString::parse(&format!("gh1.Tok-A.{secret}")),
+            Err(TokenError::Id)
+        );
+        assert_eq!(
+            TokenString::parse(&format!("gh1..{secret}")),
+            Err(TokenError::Id)
+        );
+        assert_eq!(
+            TokenString::parse("gh1.tok_a.AAAA"),
+            Err(TokenError::Secret)
+        );
+        assert_eq!(
+            TokenString::parse(&format!("gh1.tok_a.{secret}.x")),
+            Err(TokenError::Format)
+        );
+        assert_eq!(
+            TokenError::Secret.to_string(),
+            "the token secret is not 32 bytes of base64url"
+        );
     }
 }

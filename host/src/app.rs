@@ -1,0 +1,300 @@
+//! Assembling a running host from its configuration: the one path `gatehouse serve`, the
+//! tests and the benchmark all start a host by.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::api::{self, AppState, ServerHandle};
+use crate::config::Config;
+use crate::join::{JoinService, JoinSettings};
+use crate::pki::Pki;
+use crate::runtime::Runtime;
+use crate::store::Db;
+
+include!(concat!(env!("OUT_DIR"), "/builtin_attestors.rs"));
+
+/// The built-in attestor components embedded in this binary: `(crate name, wasm bytes)`.
+pub fn builtin_attestors() -> &'static [(&'static str, &'static [u8])] {
+    BUILTIN_ATTESTORS
+}
+
+/// Why the host could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A file the configuration names could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the filesystem said.
+        source: std::io::Error,
+    },
+    /// No secret for the PKI bundle.
+    #[error("no PKI secret: set GATEHOUSE_SECRET or secret_file")]
+    NoSecret,
+    /// The PKI bundle does not load.
+    #[error("PKI bundle {path}: {source}")]
+    Pki {
+        /// The bundle.
+        path: PathBuf,
+        /// Why.
+        source: crate::pki::PkiError,
+    },
+    /// The database is unusable.
+    #[error("database: {0}")]
+    Store(#[from] crate::store::StoreError),
+    /// The attestors do not load.
+    #[error("attestors: {0}")]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    /// The TLS files do not load.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The listen address cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, StartError> {
+    std::fs::read(path).map_err(|source| StartError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The bundle's secret: GATEHOUSE_SECRET, else the secret file.
+pub fn load_secret(config: &Config) -> Result<Vec<u8>, StartError> {
+    if let Ok(secret) = std::env::var("GATEHOUSE_SECRET") {
+        if !secret.is_empty() {
+            return Ok(secret.into_bytes());
+        }
+    }
+    let path = config
+        .secret_file
+        .as_deref()
+        .map(|p| config.path(p))
+        .ok_or(StartError::NoSecret)?;
+    let mut secret = read(&path)?;
+    while secret.last().is_some_and(|b| b.is_ascii_whitespace()) {
+        secret.pop();
+    }
+    Ok(secret)
+}
+
+/// A running host.
+pub struct Running {
+    /// The API server.
+    pub server: ServerHandle,
+    /// The database (tests inspect it).
+    pub db: Db,
+    /// The host's PKI.
+    pub pki: Arc<Pki>,
+    /// JoinService.
+    pub join: Arc<JoinService>,
+}
+
+/// Starts a host: database (migrated), PKI, attestors, API.
+pub async fn start(config: &Config) -> Result<Running, StartError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Read {
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    let secret = load_secret(config)?;
+    let bundle_path = config.path(&config.pki_bundle);
+    let bundle = String::from_utf8_lossy(&read(&bundle_path)?).into_owned();
+    let pki = Arc::new(
+        Pki::from_bundle(&bundle, &secret).map_err(|source| StartError::Pki {
+            path: bundle_path,
+            source,
+        })?,
+    );
+    let admin_key = read(&config.path(&config.admin_key_file))?;
+    let admin_key_sha256: [u8; 32] =
+        Sha256::digest(String::from_utf8_lossy(&admin_key).trim().as_bytes()).into();
+
+    let db = Db::connect(&config.database_url()).await?;
+    db.migrate().await?;
+    let runtime = Arc::new(Runtime::load(&config.runtime(), builtin_attestors()).await?);
+    let join = Arc::new(JoinService::new(
+        db.clone(),
+        runtime,
+        pki.clone(),
+        JoinSettings {
+            cert_ttl_seconds: config.join.cert_ttl_seconds,
+        },
+    ));
+
+    let tls = api::tls_config(
+        &read(&config.path(&config.tls.cert))?,
+        &read(&config.path(&config.tls.key))?,
+    )
+    .map_err(|e| StartError::Tls(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
+    let router = api::router(AppState {
+        join: join.clone(),
+        db: db.clone(),
+        admin_key_sha256,
+    });
+    let server = api::serve(listener, tls, router).map_err(|source| StartError::Listen {
+        addr: config.listen.clone(),
+        source,
+    })?;
+    tracing::info!(addr = %server.addr, trust_domain = %pki.trust_domain(), "gatehouse serving");
+    Ok(Running {
+        server,
+        db,
+        pki,
+        join,
+    })
+}
+
+/// `serve --dev`: creates whatever is missing under a data directory.
+pub mod dev {
+    use std::fs;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::{Path, PathBuf};
+
+    use crate::pki::{Pki, dev_tls};
+
+    /// The dev trust domain.
+    pub const TRUST_DOMAIN: &str = "gatehouse.dev";
+
+    /// What `prepare` made or found.
+    #[derive(Debug)]
+    pub struct DevFiles {
+        /// The configuration file it wrote.
+        pub config: PathBuf,
+        /// The join trust file agents pin (`gatehouse-agent join --ca`).
+        pub join_trust: PathBuf,
+        /// The admin key file.
+        pub admin_key: PathBuf,
+        /// Files created this time (empty when everything existed).
+        pub created: Vec<PathBuf>,
+    }
+
+    /// Why the dev files could not be made.
+    #[derive(Debug, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum DevError {
+        /// The filesystem refused.
+        #[error("{path}: {source}")]
+        Io {
+            /// Which file.
+            path: PathBuf,
+            /// Why.
+            source: std::io::Error,
+        },
+        /// Key generation or a bundle failed.
+        #[error("{0}")]
+        Pki(#[from] crate::pki::PkiError),
+    }
+
+    fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), DevError> {
+        let io = |source| DevError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .map_err(io)?;
+        f.write_all(bytes).map_err(io)
+    }
+
+    /// Creates under `dir` whatever is missing (secret, PKI bundle, admin key, TLS material,
+    /// configuration, join trust file) and leaves what exists alone.
+    pub fn prepare(dir: &Path, listen: &str) -> Result<DevFiles, DevError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| DevError::Io { path, source }
+        };
+        fs::create_dir_all(dir.join("tls")).map_err(io(dir))?;
+        let mut created = Vec::new();
+        let secret_path = dir.join("secret");
+        if !secret_path.exists() {
+            let secret: [u8; 32] = rand::random();
+            write_new(
+                &secret_path,
+                gatehouse_proto::b64::encode(secret).as_bytes(),
+                0o600,
+            )?;
+            created.push(secret_path.clone());
+        }
+        let secret = fs::read_to_string(&secret_path).map_err(io(&secret_path))?;
+        let secret = secret.trim().as_bytes();
+
+        let bundle_path = dir.join("pki.json");
+        if !bundle_path.exists() {
+            let pki = Pki::generate(TRUST_DOMAIN)?;
+            write_new(&bundle_path, pki.to_bundle(secret)?.as_bytes(), 0o600)?;
+            created.push(bundle_path.clone());
+        }
+        let admin_key = dir.join("admin.key");
+        if !admin_key.exists() {
+            let key: [u8; 32] = rand::random();
+            write_new(
+                &admin_key,
+                gatehouse_proto::b64::encode(key).as_bytes(),
+                0o600,
+            )?;
+            created.push(admin_key.clone());
+        }
+        let (ca, cert, key) = (
+            dir.join("tls/ca.pem"),
+            dir.join("tls/server.pem"),
+            dir.join("tls/server.key"),
+        );
+        if !cert.exists() || !key.exists() || !ca.exists() {
+            let tls = dev_tls(&["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+            for (path, text, mode) in [
+                (&ca, &tls.ca_pem, 0o644),
+                (&cert, &tls.cert_pem, 0o644),
+                (&key, &tls.key_pem, 0o600),
+            ] {
+                let _ = fs::remove_file(path);
+                write_new(path, text.as_bytes(), mode)?;
+                created.push(path.clone());
+            }
+        }
+        let config = dir.join("gatehouse.toml");
+        if !config.exists() {
+            let text = format!(
+                "# Written by `gatehouse serve --dev`.\ndata_dir = {dir:?}\nlisten = {listen:?}\npki_bundle = \"pki.json\"\nsecret_file = \"secret\"\nadmin_key_file = \"admin.key\"\n\n[tls]\ncert = \"tls/server.pem\"\nkey = \"tls/server.key\"\n",
+                dir = dir.display().to_string(),
+            );
+            write_new(&config, text.as_bytes(), 0o644)?;
+            created.push(config.clone());
+        }
+        let join_trust = dir.join("join-trust.json");
+        if created.iter().any(|p| p == &bundle_path || p == &ca) || !join_trust.exists() {
+            let bundle = fs::read_to_string(&bundle_path).map_err(io(&bundle_path))?;
+            let pki = Pki::from_bundle(&bundle, secret)?;
+            let tls_ca = fs::read_to_string(&ca).map_err(io(&ca))?;
+            let text = serde_json::to_string_pretty(&pki.join_trust(&tls_ca)).unwrap_or_default();
+            let _ = fs::remove_file(&join_trust);
+            write_new(&join_trust, text.as_bytes(), 0o644)?;
+            created.push(join_trust.clone());
+        }
+        Ok(DevFiles {
+            config,
+            join_trust,
+            admin_key,
+            created,
+        })
+    }
+}

@@ -1,0 +1,164 @@
+//! `attestor_call_us_wasm` vs `attestor_call_us_native`: join-token's verify of one valid
+//! token, as a component (fresh store and instance each call, through the host's imports) and
+//! as the same crate compiled natively (through the SDK's traits), both over the in-memory
+//! store so neither pays for a database.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use gatehouse_attestor_join_token::JoinToken;
+use gatehouse_sdk::Attestor as _;
+use sha2::{Digest, Sha256};
+
+use super::memory::{MemoryStore, NativeTx};
+use super::native_crypto::NativeCrypto;
+use crate::imports::Session;
+use crate::pki::Pki;
+use crate::runtime::bindings::transaction::{Token, TokenExpect};
+use crate::runtime::bindings::types::{self as wit, TokenRole};
+use crate::runtime::{Runtime, RuntimeConfig};
+
+/// Medians in microseconds.
+pub(super) struct Measured {
+    pub wasm_us: f64,
+    pub native_us: f64,
+}
+
+const SECRET: [u8; 32] = [7; 32];
+const TOKEN_ID: &str = "tok_bench";
+const NOW: i64 = 1_800_000_000_000;
+
+fn token() -> Token {
+    Token {
+        id: TOKEN_ID.into(),
+        role: TokenRole::Node,
+        secret_sha256: Sha256::digest(SECRET).to_vec(),
+        tenant_id: "root".into(),
+        pool_id: None,
+        site_id: None,
+        expires_at: NOW + 3_600_000,
+        revoked: false,
+        uses_left: 1,
+        expect: TokenExpect {
+            product_uuid: None,
+            mac: None,
+            node_id: None,
+        },
+        reclaim: false,
+    }
+}
+
+fn host_request() -> wit::JoinRequest {
+    wit::JoinRequest {
+        attestor: "join-token".into(),
+        role: wit::JoinRole::Node,
+        attestation: vec![],
+        token: Some(wit::OpenedToken {
+            id: TOKEN_ID.into(),
+            secret: SECRET.to_vec(),
+        }),
+        csr_der: vec![0x30; 300],
+        csr_sha256: vec![1; 32],
+        csr_spki_sha256: vec![2; 32],
+        claims: wit::HardwareClaims {
+            macs: vec!["aa:bb:cc:dd:ee:ff".into()],
+            product_uuid: None,
+        },
+        round: 1,
+    }
+}
+
+fn sdk_request() -> gatehouse_sdk::JoinRequest {
+    gatehouse_sdk::JoinRequest {
+        attestor: "join-token".into(),
+        role: gatehouse_sdk::JoinRole::Node,
+        attestation: vec![],
+        token: Some(gatehouse_sdk::OpenedToken {
+            id: TOKEN_ID.into(),
+            secret: SECRET.to_vec(),
+        }),
+        csr_der: vec![0x30; 300],
+        csr_sha256: vec![1; 32],
+        csr_spki_sha256: vec![2; 32],
+        claims: gatehouse_sdk::HardwareClaims {
+            macs: vec!["aa:bb:cc:dd:ee:ff".into()],
+            product_uuid: None,
+        },
+        round: 1,
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples
+        .get(samples.len() / 2)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
+    let pki = Arc::new(Pki::generate("bench.invalid")?);
+    let runtime: Runtime<MemoryStore> =
+        Runtime::load(&RuntimeConfig::default(), crate::app::builtin_attestors())
+            .await
+            .context("loading the built-in attestors")?;
+    let request = host_request();
+
+    let mut wasm = Vec::with_capacity(iterations);
+    for i in 0..iterations + iterations / 10 {
+        let session = Session::new(
+            "join-token",
+            MemoryStore::new(NOW, [token()]),
+            pki.clone(),
+            vec![1; 32],
+        );
+        let started = Instant::now();
+        let call = runtime.verify("join-token", session, &request).await;
+        let took = started.elapsed();
+        match call.result {
+            Ok(wit::Outcome::Admitted(_)) => {}
+            other => bail!(
+                "the join-token component did not admit the benchmark token: {:?}",
+                other.map(|_| ())
+            ),
+        }
+        if i >= iterations / 10 {
+            wasm.push(took); // the first tenth warms caches and the pool
+        }
+    }
+
+    let sdk_req = sdk_request();
+    let mut native = Vec::with_capacity(iterations);
+    for i in 0..iterations + iterations / 10 {
+        let tx = NativeTx {
+            store: RefCell::new(MemoryStore::new(NOW, [token()])),
+            attestor: "join-token".into(),
+        };
+        let crypto = NativeCrypto {
+            pki: &pki,
+            attestor: "join-token",
+        };
+        let started = Instant::now();
+        let attestor = JoinToken::configure("{}").map_err(anyhow::Error::msg)?;
+        let outcome = attestor.verify(
+            &gatehouse_sdk::Context {
+                tx: &tx,
+                crypto: &crypto,
+            },
+            &sdk_req,
+        );
+        let took = started.elapsed();
+        ensure!(
+            matches!(outcome, gatehouse_sdk::Outcome::Admitted(_)),
+            "the native join-token did not admit the benchmark token"
+        );
+        if i >= iterations / 10 {
+            native.push(took);
+        }
+    }
+    Ok(Measured {
+        wasm_us: median(wasm),
+        native_us: median(native),
+    })
+}

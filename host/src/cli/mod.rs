@@ -1,0 +1,87 @@
+//! The `gatehouse` command line.
+
+mod admin;
+pub mod bench;
+mod pki_init;
+mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Gatehouse: a WebAssembly-pluggable attestation host.
+#[derive(Debug, Parser)]
+#[command(name = "gatehouse", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs the host.
+    Serve(serve::ServeArgs),
+    /// PKI bundle management.
+    Pki {
+        #[command(subcommand)]
+        command: PkiCommand,
+    },
+    /// Join tokens (through the admin API).
+    Token {
+        #[command(subcommand)]
+        command: admin::TokenCommand,
+    },
+    /// Nodes (through the admin API).
+    Nodes {
+        #[command(subcommand)]
+        command: admin::NodesCommand,
+    },
+    /// Prints events (through the admin API).
+    Events(admin::EventsArgs),
+    /// Attestors (through the admin API).
+    Attestors {
+        #[command(subcommand)]
+        command: admin::AttestorsCommand,
+    },
+    /// Measures joins and attestor calls; prints one JSON line.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum PkiCommand {
+    /// Writes a new PKI bundle (node CA, join signing key, join encryption key, challenge key)
+    /// encrypted under a secret.
+    Init(pki_init::InitArgs),
+}
+
+/// How admin commands reach the host.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct AdminConnection {
+    /// The host's base URL (default: from --data-dir's configuration).
+    #[arg(long, env = "GATEHOUSE_SERVER")]
+    server: Option<String>,
+    /// The TLS CA (PEM) or a join trust file (default: <data-dir>/tls/ca.pem).
+    #[arg(long, env = "GATEHOUSE_CA")]
+    ca: Option<PathBuf>,
+    /// The admin key file (default: <data-dir>/admin.key).
+    #[arg(long, env = "GATEHOUSE_ADMIN_KEY_FILE")]
+    admin_key_file: Option<PathBuf>,
+    /// A `serve --dev` data directory to take all three from.
+    #[arg(long, env = "GATEHOUSE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+/// Runs the command; the exit code is the binary's.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Pki {
+            command: PkiCommand::Init(args),
+        } => pki_init::run(args),
+        Command::Token { command } => admin::token(command).await,
+        Command::Nodes { command } => admin::nodes(command).await,
+        Command::Events(args) => admin::events(args).await,
+        Command::Attestors { command } => admin::attestors(command).await,
+        Command::Bench(args) => bench::run(args).await,
+    }
+}

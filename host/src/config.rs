@@ -1,0 +1,314 @@
+//! The host's configuration file (TOML).
+//!
+//! ```toml
+//! data_dir = "/var/lib/gatehouse"
+//! listen = "0.0.0.0:8443"
+//! # database_url = "postgres://gatehouse@db/gatehouse"   # default: SQLite under data_dir
+//! pki_bundle = "pki.json"          # relative paths are under data_dir
+//! secret_file = "secret"           # or GATEHOUSE_SECRET
+//! admin_key_file = "admin.key"
+//!
+//! [tls]
+//! cert = "tls/server.pem"
+//! key = "tls/server.key"
+//!
+//! [runtime]
+//! call_timeout_ms = 250
+//! memory_limit_mib = 64
+//! attestors_dir = "attestors"
+//!
+//! [attestors.join-token]
+//! sha256 = "…"                     # optional pin
+//! [attestors.join-token.config]    # handed to the attestor as JSON
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::runtime::{AttestorSettings, RuntimeConfig};
+
+/// Why the configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the filesystem said.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML of the expected shape.
+    #[error("{path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with its location.
+        source: toml::de::Error,
+    },
+    /// A value is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The configuration as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the host keeps its files; relative paths below are under it.
+    pub data_dir: PathBuf,
+    /// The API's listen address.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// The database; SQLite at `<data_dir>/gatehouse.db` when absent.
+    #[serde(default)]
+    pub database_url: Option<String>,
+    /// The PKI bundle `gatehouse pki init` wrote.
+    #[serde(default = "default_bundle")]
+    pub pki_bundle: PathBuf,
+    /// The file holding the bundle's secret (GATEHOUSE_SECRET takes precedence).
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    /// The file holding the admin API's bearer key.
+    #[serde(default = "default_admin_key")]
+    pub admin_key_file: PathBuf,
+    /// The API's TLS certificate and key.
+    pub tls: TlsConfig,
+    /// Attestor runtime limits.
+    #[serde(default)]
+    pub runtime: RuntimeSection,
+    /// Join policy.
+    #[serde(default)]
+    pub join: JoinSection,
+    /// Per-attestor settings by id.
+    #[serde(default)]
+    pub attestors: BTreeMap<String, AttestorSection>,
+}
+
+/// `[tls]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+}
+
+/// `[runtime]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeSection {
+    /// Guest execution deadline per call, in ms.
+    pub call_timeout_ms: u64,
+    /// Linear memory cap per instance, in MiB.
+    pub memory_limit_mib: usize,
+    /// Attestor calls at once.
+    pub max_concurrent_calls: u32,
+    /// `.wasm` attestors to add or replace built-ins with.
+    pub attestors_dir: Option<PathBuf>,
+    /// Compiled-component cache (default `<data_dir>/cache`).
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for RuntimeSection {
+    fn default() -> Self {
+        Self {
+            call_timeout_ms: 250,
+            memory_limit_mib: 64,
+            max_concurrent_calls: 64,
+            attestors_dir: None,
+            cache_dir: None,
+        }
+    }
+}
+
+/// `[join]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JoinSection {
+    /// Lifetime of node and site certificates, in seconds (at most 24 h).
+    pub cert_ttl_seconds: u32,
+}
+
+impl Default for JoinSection {
+    fn default() -> Self {
+        Self {
+            cert_ttl_seconds: 24 * 3600,
+        }
+    }
+}
+
+/// `[attestors.<id>]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttestorSection {
+    /// Load only a component with this SHA-256.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// The attestor's own configuration.
+    #[serde(default)]
+    pub config: Option<toml::Table>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8443".into()
+}
+fn default_bundle() -> PathBuf {
+    "pki.json".into()
+}
+fn default_admin_key() -> PathBuf {
+    "admin.key".into()
+}
+
+impl Config {
+    /// Reads and checks a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let config: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let r = &self.runtime;
+        if !(1..=60_000).contains(&r.call_timeout_ms) {
+            return Err(ConfigError::Invalid(
+                "runtime.call_timeout_ms must be 1 to 60000".into(),
+            ));
+        }
+        if !(1..=4096).contains(&r.memory_limit_mib) {
+            return Err(ConfigError::Invalid(
+                "runtime.memory_limit_mib must be 1 to 4096".into(),
+            ));
+        }
+        if !(1..=4096).contains(&r.max_concurrent_calls) {
+            return Err(ConfigError::Invalid(
+                "runtime.max_concurrent_calls must be 1 to 4096".into(),
+            ));
+        }
+        if !(60..=24 * 3600).contains(&self.join.cert_ttl_seconds) {
+            return Err(ConfigError::Invalid(
+                "join.cert_ttl_seconds must be 60 to 86400".into(),
+            ));
+        }
+        for (id, section) in &self.attestors {
+            if let Some(pin) = &section.sha256 {
+                if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(ConfigError::Invalid(format!(
+                        "attestors.{id}.sha256 is not 64 hex digits"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A path from the file, resolved under `data_dir` when relative.
+    pub fn path(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.data_dir.join(p)
+        }
+    }
+
+    /// The database URL: the configured one, or SQLite under `data_dir`.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!(
+                "sqlite://{}?mode=rwc",
+                self.data_dir.join("gatehouse.db").display()
+            ),
+        }
+    }
+
+    /// The runtime's settings.
+    pub fn runtime(&self) -> RuntimeConfig {
+        let r = &self.runtime;
+        RuntimeConfig {
+            call_timeout: Duration::from_millis(r.call_timeout_ms),
+            memory_limit: r.memory_limit_mib << 20,
+            max_concurrent_calls: r.max_concurrent_calls,
+            cache_dir: Some(self.path(r.cache_dir.as_deref().unwrap_or(Path::new("cache")))),
+            attestors_dir: r.attestors_dir.as_deref().map(|d| self.path(d)),
+            attestors: self
+                .attestors
+                .iter()
+                .map(|(id, s)| {
+                    let config = match &s.config {
+                        Some(table) => {
+                            serde_json::to_value(table).unwrap_or(serde_json::Value::Null)
+                        }
+                        None => serde_json::Value::Null,
+                    };
+                    (
+                        id.clone(),
+                        AttestorSettings {
+                            sha256: s.sha256.clone(),
+                            config,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        let c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    const BASE: &str = "data_dir = \"/d\"\n[tls]\ncert = \"c.pem\"\nkey = \"/k.pem\"\n";
+
+    #[test]
+    fn defaults_and_paths() {
+        let c = parse(BASE).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:8443");
+        assert_eq!(c.path(&c.tls.cert), PathBuf::from("/d/c.pem"));
+        assert_eq!(c.path(&c.tls.key), PathBuf::from("/k.pem"));
+        assert_eq!(c.database_url(), "sqlite:///d/gatehouse.db?mode=rwc");
+        let r = c.runtime();
+        assert_eq!(r.call_timeout, Duration::from_millis(250));
+        assert_eq!(r.memory_limit, 64 << 20);
+    }
+
+    #[test]
+    fn attestor_config_becomes_json() {
+        let c = parse(&format!("{BASE}[attestors.x509pop.config]\ngrace_ms = 5\n")).unwrap();
+        assert_eq!(c.runtime().attestors["x509pop"].config["grace_ms"], 5);
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        assert!(
+            parse(&format!("{BASE}[runtime]\ncall_timeout_ms = 0\n"))
+                .unwrap_err()
+                .contains("call_timeout_ms")
+        );
+        assert!(
+            parse(&format!("{BASE}[attestors.a]\nsha256 = \"xyz\"\n"))
+                .unwrap_err()
+                .contains("64 hex")
+        );
+        assert!(parse(&format!("{BASE}bogus = 1\n")).is_err());
+    }
+}

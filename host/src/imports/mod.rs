@@ -1,0 +1,178 @@
+//! The host side of the attestor world's imports.
+//!
+//! One [`CallState`] is the data of one wasmtime `Store`: a single attestor call. It holds the
+//! deny-by-default WASI context, the memory limiter, and the [`Session`]: the join's open
+//! transaction (behind [`TxBackend`]), the PKI (for sealed challenge state) and the
+//! [`Effects`] JoinService checks after the call (which tokens were locked and consumed, which
+//! evidence recorded, whether storage failed).
+
+mod backend;
+mod crypto;
+mod limits;
+mod store_tx;
+mod transaction;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+pub use backend::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
+pub(crate) use limits::MemoryLimiter;
+pub(crate) use store_tx::node as wit_node;
+
+/// The representation of the `tx` borrow every `verify` call is given.
+pub(crate) fn transaction_rep() -> u32 {
+    transaction::TX_REP
+}
+
+use crate::pki::Pki;
+use crate::runtime::bindings::transaction::Token;
+
+/// The most bytes of guest stderr kept per call (then logged with the attestor id).
+const STDERR_CAPACITY: usize = 16 * 1024;
+
+/// The most transaction calls one attestor call may make. Host time does not count against the
+/// call's deadline, so without this a guest could keep a transaction open by calling the host
+/// in a loop.
+pub(crate) const MAX_TX_CALLS: u32 = 256;
+
+/// What one attestor call may reach: the transaction of the join round it decides.
+pub struct Session<B> {
+    /// The attestor being called; scopes the single-use ledger, join requests, the key/value
+    /// space and sealed state.
+    pub attestor: String,
+    /// The open transaction.
+    pub backend: B,
+    /// The host's keys (challenge key for `seal-state`).
+    pub pki: Arc<Pki>,
+    /// SHA-256 of the round's CSR: join requests are opened for it.
+    pub csr_sha256: Vec<u8>,
+    /// What the attestor did through the transaction.
+    pub effects: Effects,
+}
+
+impl<B> Session<B> {
+    /// A session for one call of `attestor` over `backend`.
+    pub fn new(
+        attestor: impl Into<String>,
+        backend: B,
+        pki: Arc<Pki>,
+        csr_sha256: Vec<u8>,
+    ) -> Self {
+        Self {
+            attestor: attestor.into(),
+            backend,
+            pki,
+            csr_sha256,
+            effects: Effects::default(),
+        }
+    }
+}
+
+/// What an attestor did through the transaction, for JoinService's checks after the call.
+#[derive(Debug, Default, Clone)]
+pub struct Effects {
+    /// Tokens the attestor locked, as read.
+    pub locked_tokens: Vec<Token>,
+    /// Tokens the attestor spent a use of, in order.
+    pub consumed_tokens: Vec<String>,
+    /// Single-use subjects the attestor recorded.
+    pub recorded_uses: Vec<String>,
+    /// Join requests the attestor marked used.
+    pub consumed_join_requests: Vec<String>,
+    /// Storage operations that failed. A call with any cannot admit: its transaction may be
+    /// aborted (Postgres) or missing writes the attestor believes it made.
+    pub storage_failures: u32,
+    /// Transaction calls made (bounded by [`MAX_TX_CALLS`]).
+    pub tx_calls: u32,
+}
+
+/// The data of one attestor call's `Store`.
+pub struct CallState<B> {
+    table: ResourceTable,
+    wasi: WasiCtx,
+    pub(crate) limiter: MemoryLimiter,
+    stderr: MemoryOutputPipe,
+    /// Time spent inside host imports (awaiting the database), which the guest's execution
+    /// deadline does not count: the database has its own timeouts.
+    pub(crate) host_time: Duration,
+    /// None while the host loads the component (`describe`, `configure`): no transaction then.
+    pub(crate) session: Option<Session<B>>,
+}
+
+impl<B: TxBackend> CallState<B> {
+    /// State for one call with a memory cap of `memory_bytes`.
+    pub(crate) fn new(session: Option<Session<B>>, memory_bytes: usize) -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        // Deny by default: no preopened directories, no environment or arguments, no stdin,
+        // no sockets or name lookups; stdout is discarded and stderr is captured for the log.
+        let wasi = WasiCtxBuilder::new()
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            table: ResourceTable::new(),
+            wasi,
+            limiter: MemoryLimiter::new(memory_bytes),
+            stderr,
+            host_time: Duration::ZERO,
+            session,
+        }
+    }
+
+    /// The session back, once the call is over.
+    pub(crate) fn into_session(self) -> Option<Session<B>> {
+        self.session
+    }
+
+    /// Whatever the guest wrote to stderr during the call.
+    pub(crate) fn stderr(&self) -> bytes_text::Text {
+        bytes_text::Text(self.stderr.contents().to_vec())
+    }
+
+    /// The session for one transaction operation: counts it and bounds the number of calls.
+    /// Callers add the operation's duration to `host_time` (see `transaction::timed`).
+    fn enter(&mut self) -> wasmtime::Result<&mut Session<B>> {
+        let Some(session) = self.session.as_mut() else {
+            wasmtime::bail!("the transaction is only available inside verify");
+        };
+        session.effects.tx_calls += 1;
+        if session.effects.tx_calls > MAX_TX_CALLS {
+            wasmtime::bail!("attestor made more than {MAX_TX_CALLS} transaction calls");
+        }
+        Ok(session)
+    }
+}
+
+/// The `types` interface holds only types; linking it names the instance components import.
+impl<B: TxBackend> crate::runtime::bindings::types::Host for CallState<B> {}
+
+impl<B: Send> WasiView for CallState<B> {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Guest output as text for the log.
+mod bytes_text {
+    /// Lossy UTF-8 view of captured bytes.
+    pub struct Text(pub Vec<u8>);
+
+    impl Text {
+        /// The non-empty lines, lossily decoded.
+        pub fn lines(&self) -> impl Iterator<Item = String> + '_ {
+            self.0
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! What every join round leaves behind: one audit row, one event and one log line.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::runtime::bindings::types::NodeKeyAttestation;
+use crate::store::{AuditResult, NewAudit, NewEvent, StoreError, Tx};
+
+/// Who sent the round.
+#[derive(Debug, Clone, Default)]
+pub struct ClientInfo {
+    /// The peer address of the connection.
+    pub addr: Option<SocketAddr>,
+}
+
+/// What is known about a round as it goes.
+pub(super) struct Round {
+    pub attestor: String,
+    pub round: u8,
+    pub client: ClientInfo,
+    pub csr_sha256: Option<[u8; 32]>,
+    pub token_id: Option<String>,
+    pub node_id: Option<String>,
+    pub tenant_id: Option<String>,
+    pub subject: Option<String>,
+    pub node_key: NodeKeyAttestation,
+    pub elapsed: Duration,
+}
+
+impl Round {
+    pub(super) fn new(attestor: String, round: u8, client: ClientInfo) -> Self {
+        Self {
+            attestor,
+            round,
+            client,
+            csr_sha256: None,
+            token_id: None,
+            node_id: None,
+            tenant_id: None,
+            subject: None,
+            node_key: NodeKeyAttestation::Unattested,
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+/// How a round ended.
+pub(super) struct Decision {
+    result: AuditResult,
+    reason: Option<String>,
+    /// For the log only (never the agent, never the event): what exactly went wrong.
+    detail: Option<String>,
+}
+
+impl Decision {
+    pub(super) fn admitted() -> Self {
+        Self {
+            result: AuditResult::Admitted,
+            reason: None,
+            detail: None,
+        }
+    }
+
+    pub(super) fn deferred() -> Self {
+        Self {
+            result: AuditResult::Deferred,
+            reason: None,
+            detail: None,
+        }
+    }
+
+    pub(super) fn refused(reason: &str) -> Self {
+        Self {
+            result: AuditResult::Refused,
+            reason: Some(reason.to_owned()),
+            detail: None,
+        }
+    }
+
+    pub(super) fn detail(mut self, detail: String) -> Self {
+        self.detail = Some(detail);
+        self
+    }
+
+    fn event_kind(&self) -> &'static str {
+        match self.result {
+            AuditResult::Admitted => "node.joined",
+            AuditResult::Deferred => "join.deferred",
+            AuditResult::Refused => "security.join.refused",
+        }
+    }
+}
+
+/// Writes the round's audit row and event in `tx`.
+pub(super) async fn write(
+    tx: &mut Tx,
+    round: &Round,
+    decision: &Decision,
+) -> Result<(), StoreError> {
+    let at = tx.now().await?;
+    let node_key = super::node_key_label(round.node_key);
+    let payload = serde_json::json!({
+        "attestor": round.attestor,
+        "round": round.round,
+        "reason": decision.reason,
+        "tokenId": round.token_id,
+        "nodeId": round.node_id,
+        "tenantId": round.tenant_id,
+        "subject": round.subject,
+        "nodeKey": node_key,
+    });
+    tx.insert_audit(&NewAudit {
+        at,
+        attestor: round.attestor.clone(),
+        round: u32::from(round.round),
+        result: decision.result,
+        reason: decision.reason.clone(),
+        node_id: round.node_id.clone(),
+        token_id: round.token_id.clone(),
+        subject: round.subject.clone(),
+        node_key: Some(node_key.to_owned()),
+        csr_sha256: round.csr_sha256,
+        client_addr: round.client.addr.map(|a| a.to_string()),
+    })
+    .await?;
+    tx.insert_event(&NewEvent {
+        at,
+        kind: decision.event_kind().to_owned(),
+        tenant_id: round.tenant_id.clone(),
+        node_id: round.node_id.clone(),
+        attestor: Some(round.attestor.clone()),
+        reason: decision.reason.clone(),
+        token_id: round.token_id.clone(),
+        payload,
+    })
+    .await?;
+    Ok(())
+}
+
+/// Logs the round with structured fields.
+pub(super) fn log(round: &Round, decision: &Decision) {
+    let client = round.client.addr.map(|a| a.to_string());
+    match decision.result {
+        AuditResult::Refused => tracing::warn!(
+            attestor = %round.attestor,
+            round = round.round,
+            reason = decision.reason.as_deref().unwrap_or(""),
+            detail = decision.detail.as_deref().unwrap_or(""),
+            token_id = round.token_id.as_deref().unwrap_or(""),
+            node_id = round.node_id.as_deref().unwrap_or(""),
+            client = client.as_deref().unwrap_or(""),
+            "join refused"
+        ),
+        result => tracing::info!(
+            attestor = %round.attestor,
+            round = round.round,
+            result = result.as_str(),
+            node_id = round.node_id.as_deref().unwrap_or(""),
+            token_id = round.token_id.as_deref().unwrap_or(""),
+            call_us = round.elapsed.as_micros() as u64,
+            "join round"
+        ),
+    }
+}

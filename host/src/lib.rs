@@ -1,0 +1,16 @@
+//! Gatehouse: a WebAssembly-pluggable attestation host.
+//!
+//! A machine sends evidence to `POST /v1/join`; [`join::JoinService`] opens one database
+//! transaction, hands the evidence to an attestor (a WebAssembly component run by
+//! [`runtime`]), enforces the policy no attestor may skip, issues the node certificate
+//! ([`pki`]) and answers with a signed response.
+
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod imports;
+pub mod join;
+pub mod pki;
+pub mod runtime;
+pub mod store;

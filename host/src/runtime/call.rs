@@ -1,0 +1,298 @@
+//! One bounded attestor call.
+
+use std::time::{Duration, Instant};
+
+use wasmtime::component::Resource;
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use super::Pre;
+use super::bindings::types::{AttestationResult, Deferral, JoinRequest, Outcome};
+use crate::imports::{CallState, Session, TxBackend, transaction_rep};
+
+/// How long a call may take in all, host time included, before the host abandons it. The
+/// guest's own deadline is far shorter; this backstop covers a database that stops answering
+/// despite its own timeouts.
+const WALL_BACKSTOP: Duration = Duration::from_secs(15);
+
+/// Why a call produced no usable outcome. JoinService refuses the join with reason
+/// `attestor-fault` (or `storage-error` for [`Fault::Storage`]) and logs this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Fault {
+    /// No attestor with the requested id is loaded.
+    #[error("no such attestor")]
+    UnknownAttestor,
+    /// The guest ran past its execution deadline.
+    #[error("the attestor ran past its deadline")]
+    Timeout,
+    /// The guest tried to grow its memory past the cap.
+    #[error("the attestor ran out of memory")]
+    OutOfMemory,
+    /// A storage operation failed during the call.
+    #[error("storage failed during the call")]
+    Storage,
+    /// The guest trapped (panic, unreachable, bad handle, too many host calls, ...).
+    #[error("the attestor trapped: {0}")]
+    Trap(String),
+    /// The guest returned an outcome that breaks the ABI's rules.
+    #[error("the attestor returned a malformed outcome: {0}")]
+    Malformed(String),
+}
+
+impl Fault {
+    /// The refusal reason JoinService records for this fault.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Fault::Storage => "storage-error",
+            Fault::UnknownAttestor => "unknown-attestor",
+            _ => "attestor-fault",
+        }
+    }
+}
+
+/// What a call came to.
+pub struct CallOutcome<B> {
+    /// The validated outcome, or why there is none.
+    pub result: Result<Outcome, Fault>,
+    /// The session back; none when the call had to be abandoned (its transaction was dropped
+    /// and so rolled back).
+    pub session: Option<Session<B>>,
+    /// Wall time of the call, instantiation included.
+    pub elapsed: Duration,
+}
+
+impl<B> CallOutcome<B> {
+    pub(super) fn fault(fault: Fault, session: Option<Session<B>>) -> Self {
+        Self {
+            result: Err(fault),
+            session,
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+pub(super) async fn verify<B: TxBackend>(
+    pre: &Pre<B>,
+    id: &str,
+    config: &str,
+    session: Session<B>,
+    request: &JoinRequest,
+    deadline: Duration,
+    memory_limit: usize,
+) -> CallOutcome<B> {
+    let started = Instant::now();
+    let mut store = Store::new(pre.engine(), CallState::new(Some(session), memory_limit));
+    store.limiter(|s| &mut s.limiter);
+    // Check the deadline every epoch tick, counting guest execution only (time in host
+    // imports is excluded), and yield to the executor each tick so a spinning guest does not
+    // hold a runtime thread.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |cx| {
+        let guest = started.elapsed().saturating_sub(cx.data().host_time);
+        if guest >= deadline {
+            Err(Trap::Interrupt.into())
+        } else {
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+
+    let call = async {
+        let instance = pre.instantiate_async(&mut store).await?;
+        instance
+            .better_compute_attestor_verifier()
+            .call_verify(
+                &mut store,
+                Resource::new_borrow(transaction_rep()),
+                config,
+                request,
+            )
+            .await
+    };
+    let result = tokio::time::timeout(deadline + WALL_BACKSTOP, call).await;
+
+    for line in store.data().stderr().lines() {
+        tracing::info!(attestor = %id, "{line}");
+    }
+    let elapsed = started.elapsed();
+    let out_of_memory = store.data().limiter.denied();
+    let storage_failed = |state: &CallState<B>| {
+        state
+            .session
+            .as_ref()
+            .is_some_and(|s| s.effects.storage_failures > 0)
+    };
+    match result {
+        Err(_abandoned) => {
+            tracing::warn!(attestor = %id, ?elapsed, "attestor call abandoned past the wall-clock backstop");
+            CallOutcome {
+                result: Err(Fault::Timeout),
+                session: None,
+                elapsed,
+            }
+        }
+        Ok(Err(error)) => {
+            let fault = if out_of_memory {
+                Fault::OutOfMemory
+            } else if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                Fault::Timeout
+            } else if storage_failed(store.data()) {
+                Fault::Storage
+            } else {
+                Fault::Trap(format!("{error:#}"))
+            };
+            tracing::warn!(attestor = %id, %fault, error = %format!("{error:#}"), "attestor call failed");
+            CallOutcome {
+                result: Err(fault),
+                session: store.into_data().into_session(),
+                elapsed,
+            }
+        }
+        Ok(Ok(outcome)) => {
+            let result = match validate(&outcome) {
+                Err(why) => Err(Fault::Malformed(why)),
+                // A call that saw storage fail cannot admit or defer on what it believes it wrote.
+                Ok(())
+                    if storage_failed(store.data()) && !matches!(outcome, Outcome::Refused(_)) =>
+                {
+                    Err(Fault::Storage)
+                }
+                Ok(()) => Ok(outcome),
+            };
+            if let Err(fault) = &result {
+                tracing::warn!(attestor = %id, %fault, "attestor outcome rejected");
+            }
+            CallOutcome {
+                result,
+                session: store.into_data().into_session(),
+                elapsed,
+            }
+        }
+    }
+}
+
+/// Whether `s` is a stable code: 1 to 64 bytes of lowercase ASCII letters, digits and single
+/// hyphens, starting with a letter (attestor ids and refusal reasons).
+pub(crate) fn is_code(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_lowercase()
+        && !b.ends_with(b"-")
+        && !s.contains("--")
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// An id-like string from a guest: 1 to 128 bytes of ASCII graphic characters.
+fn is_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_graphic())
+}
+
+fn check_id(what: &str, v: &Option<String>) -> Result<(), String> {
+    match v {
+        Some(s) if !is_id(s) => Err(format!("{what} is not an id")),
+        _ => Ok(()),
+    }
+}
+
+/// The ABI's rules for an outcome, beyond what the types say.
+fn validate(outcome: &Outcome) -> Result<(), String> {
+    match outcome {
+        Outcome::Refused(r) => {
+            if !is_code(&r.reason) {
+                return Err(format!(
+                    "refusal reason {:?} is not a code",
+                    truncate(&r.reason)
+                ));
+            }
+            check_id("token-id", &r.token_id)?;
+            check_id("node-id", &r.node_id)?;
+            check_id("tenant-id", &r.tenant_id)
+        }
+        Outcome::Deferred(Deferral::Approval(a)) => {
+            if !is_id(&a.request_id) {
+                return Err("approval request-id is not an id".into());
+            }
+            Ok(())
+        }
+        Outcome::Deferred(Deferral::Challenge(c)) => {
+            if c.payload.is_empty() || c.payload.len() > 64 * 1024 {
+                return Err("challenge payload must be 1 byte to 64 KiB".into());
+            }
+            Ok(())
+        }
+        Outcome::Admitted(a) => validate_result(a),
+    }
+}
+
+fn validate_result(a: &AttestationResult) -> Result<(), String> {
+    check_id("node-id", &a.node_id)?;
+    check_id("tenant-id", &a.tenant_id)?;
+    check_id("pool-id", &a.pool_id)?;
+    check_id("site-id", &a.site_id)?;
+    check_id("token-id", &a.token_id)?;
+    if a.bindings.len() > 8 {
+        return Err("more than 8 bindings".into());
+    }
+    for b in &a.bindings {
+        if !is_code(&b.kind) || !is_id(&b.value) {
+            return Err("a binding is not a code and an id".into());
+        }
+    }
+    if let Some(uri) = &a.node_key_uri {
+        if uri.len() > 512 || !uri.is_ascii() {
+            return Err("node-key-uri is too long or not ASCII".into());
+        }
+    }
+    if let Some(kinds) = &a.allowed_kinds {
+        if kinds.len() > 64
+            || kinds
+                .iter()
+                .any(|k| k.is_empty() || k.len() > 64 || !k.is_ascii())
+        {
+            return Err("allowed-kinds must be at most 64 ASCII kinds".into());
+        }
+    }
+    if a.subject.as_ref().is_some_and(|s| s.len() > 512) {
+        return Err("subject longer than 512 bytes".into());
+    }
+    Ok(())
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        for ok in ["join-token", "no-uses-left", "x509pop", "a"] {
+            assert!(is_code(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Not A Code",
+            "-a",
+            "a-",
+            "a--b",
+            "1abc",
+            &"a".repeat(65),
+            "a_b",
+        ] {
+            assert!(!is_code(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn fault_reasons() {
+        assert_eq!(Fault::Timeout.reason(), "attestor-fault");
+        assert_eq!(Fault::Storage.reason(), "storage-error");
+        assert_eq!(
+            Fault::Malformed("x".into()).to_string(),
+            "the attestor returned a malformed outcome: x"
+        );
+    }
+}
