@@ -1,0 +1,286 @@
+//! Shared harness: a real host (dev PKI, TLS on loopback, SQLite or a fresh PostgreSQL
+//! database) and helpers to create tokens and read its events and audit rows.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gatehouse::app::{self, Running};
+use gatehouse::config::Config;
+use gatehouse::store::{AuditRow, EventRow, NewToken, TokenExpect, TokenRole};
+use gatehouse_proto::{JoinTrust, TokenString};
+use sha2::{Digest, Sha256};
+
+/// Which database a test host runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// SQLite always; PostgreSQL too when DATABASE_URL is set (CI sets it).
+pub fn backends() -> Vec<Backend> {
+    let mut b = vec![Backend::Sqlite];
+    if std::env::var("DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
+        b.push(Backend::Postgres);
+    }
+    b
+}
+
+/// How to start a test host.
+#[derive(Debug, Clone)]
+pub struct HostOptions {
+    pub backend: Backend,
+    /// Component files to put in `attestors_dir`.
+    pub attestors: Vec<PathBuf>,
+    /// The guest deadline.
+    pub call_timeout_ms: u64,
+    /// Reuse this PostgreSQL database URL (a second replica) instead of creating one.
+    pub database_url: Option<String>,
+    /// Reuse this data dir's PKI (a second replica).
+    pub share_pki_with: Option<PathBuf>,
+}
+
+impl HostOptions {
+    pub fn new(backend: Backend) -> Self {
+        Self {
+            backend,
+            attestors: vec![],
+            call_timeout_ms: 250,
+            database_url: None,
+            share_pki_with: None,
+        }
+    }
+}
+
+/// A running host in a temporary directory.
+pub struct TestHost {
+    /// Kept so the directory lives as long as the host.
+    _dir: tempfile::TempDir,
+    pub running: Running,
+    pub trust: JoinTrust,
+    pub admin_key: String,
+    created_database: Option<String>,
+}
+
+#[track_caller]
+fn must<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+/// A fresh PostgreSQL database from DATABASE_URL; returns (url, name).
+async fn fresh_postgres() -> (String, String) {
+    use sqlx::Connection as _;
+    let admin = must(std::env::var("DATABASE_URL"), "DATABASE_URL");
+    let name = format!("gh_test_{:016x}", rand::random::<u64>());
+    let mut conn = must(
+        sqlx::PgConnection::connect(&admin).await,
+        "connecting to DATABASE_URL",
+    );
+    must(
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await,
+        "CREATE DATABASE",
+    );
+    let _ = conn.close().await;
+    let base = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(b, _)| b)
+        .to_owned();
+    (format!("{base}/{name}"), name)
+}
+
+impl TestHost {
+    pub async fn start(backend: Backend) -> Self {
+        Self::start_with(HostOptions::new(backend)).await
+    }
+
+    pub async fn start_with(opts: HostOptions) -> Self {
+        let dir = must(tempfile::tempdir(), "tempdir");
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("mkdir: {e}"));
+        if let Some(other) = &opts.share_pki_with {
+            for f in ["secret", "pki.json"] {
+                must(
+                    std::fs::copy(other.join(f), data.join(f)),
+                    "copying the PKI",
+                );
+            }
+        }
+        let files = must(app::dev::prepare(&data, "127.0.0.1:0"), "dev prepare");
+        let mut config = must(Config::load(&files.config), "config");
+        let (database_url, created_database): (String, Option<String>) =
+            match (opts.backend, opts.database_url) {
+                (Backend::Postgres, Some(url)) => (url, None),
+                (Backend::Postgres, None) => {
+                    let (url, name) = fresh_postgres().await;
+                    (url, Some(name))
+                }
+                (Backend::Sqlite, _) => (config.database_url(), None),
+            };
+        config.database_url = Some(database_url.clone());
+        config.runtime.call_timeout_ms = opts.call_timeout_ms;
+        if !opts.attestors.is_empty() {
+            let adir = data.join("attestors");
+            must(std::fs::create_dir_all(&adir), "mkdir attestors");
+            for path in &opts.attestors {
+                let name = path.file_name().unwrap_or_default();
+                must(std::fs::copy(path, adir.join(name)), "copying a component");
+            }
+            config.runtime.attestors_dir = Some(adir);
+        }
+        let running = must(app::start(&config).await, "starting the host");
+        let trust: JoinTrust = must(
+            serde_json::from_str(&must(std::fs::read_to_string(&files.join_trust), "trust")),
+            "trust json",
+        );
+        let admin_key = must(std::fs::read_to_string(&files.admin_key), "admin key")
+            .trim()
+            .to_owned();
+        Self {
+            _dir: dir,
+            running,
+            trust,
+            admin_key,
+            created_database,
+        }
+    }
+
+    /// The host's base URL.
+    pub fn url(&self) -> String {
+        format!("https://localhost:{}", self.running.server.addr.port())
+    }
+
+    /// An HTTPS client trusting the host's TLS CA.
+    pub fn http(&self) -> reqwest::Client {
+        let ca = must(
+            reqwest::Certificate::from_pem(self.trust.tls_ca_pem.as_bytes()),
+            "CA",
+        );
+        must(
+            reqwest::Client::builder()
+                .use_rustls_tls()
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(ca)
+                .timeout(Duration::from_secs(30))
+                .build(),
+            "client",
+        )
+    }
+
+    /// Creates a token through the admin API.
+    pub async fn create_token(&self, role: &str, uses: u32) -> TokenString {
+        self.create_token_with(
+            serde_json::json!({ "role": role, "uses": uses, "ttlSeconds": 3600 }),
+        )
+        .await
+    }
+
+    /// Creates a token through the admin API with a whole request body.
+    pub async fn create_token_with(&self, body: serde_json::Value) -> TokenString {
+        let resp = must(
+            self.http()
+                .post(format!("{}/v1/admin/tokens", self.url()))
+                .bearer_auth(&self.admin_key)
+                .json(&body)
+                .send()
+                .await,
+            "POST /v1/admin/tokens",
+        );
+        assert!(
+            resp.status().is_success(),
+            "token creation failed: {}",
+            resp.status()
+        );
+        let created: serde_json::Value = must(resp.json().await, "token json");
+        must(
+            TokenString::parse(created["token"].as_str().unwrap_or_default()),
+            "token text",
+        )
+    }
+
+    /// Inserts a token row directly (for states the API cannot make, such as already expired).
+    pub async fn insert_token(
+        &self,
+        role: TokenRole,
+        uses: u32,
+        expires_in_ms: i64,
+        expect: TokenExpect,
+    ) -> TokenString {
+        let secret: [u8; 32] = rand::random();
+        let token = TokenString {
+            id: format!("tok_test{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
+            secret: secret.to_vec(),
+        };
+        let mut tx = must(self.running.db.begin().await, "begin");
+        let now = must(tx.now().await, "now");
+        must(
+            tx.insert_token(&NewToken {
+                id: token.id.clone(),
+                role,
+                secret_sha256: Sha256::digest(secret).into(),
+                tenant_id: "root".into(),
+                pool_id: None,
+                site_id: None,
+                expires_at: now + expires_in_ms,
+                uses,
+                expect,
+                reclaim: false,
+                created_at: now,
+            })
+            .await,
+            "insert token",
+        );
+        must(tx.commit().await, "commit");
+        token
+    }
+
+    pub async fn events(&self) -> Vec<EventRow> {
+        let mut tx = must(self.running.db.begin().await, "begin");
+        let rows = must(tx.list_events(0, 10_000).await, "events");
+        must(tx.commit().await, "commit");
+        rows
+    }
+
+    pub async fn audits(&self) -> Vec<AuditRow> {
+        let mut tx = must(self.running.db.begin().await, "begin");
+        let rows = must(tx.list_audits(0, 10_000).await, "audits");
+        must(tx.commit().await, "commit");
+        rows
+    }
+
+    /// Refusal reasons recorded in events, in order.
+    pub async fn refusal_reasons(&self) -> Vec<String> {
+        self.events()
+            .await
+            .into_iter()
+            .filter(|e| e.kind == "security.join.refused")
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+
+    /// Stops the host and drops its PostgreSQL database, if it made one.
+    pub async fn stop(self) {
+        let TestHost {
+            running,
+            created_database,
+            ..
+        } = self;
+        running.server.shutdown().await;
+        running.db.close().await;
+        if let Some(name) = created_database {
+            use sqlx::Connection as _;
+            if let Ok(admin) = std::env::var("DATABASE_URL") {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                    let _ = conn.close().await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! join-token end to end: exactly-once under concurrency, and every refusal reason.
+
+use gatehouse::store::{TokenExpect, TokenRole};
+use gatehouse_agent::{JoinClient, JoinError, JoinOptions, NodeKey, TokenProducer, join};
+use gatehouse_proto::{Claims, Role, TokenString};
+
+use crate::common::{Backend, TestHost, backends};
+
+async fn join_once(
+    host: &TestHost,
+    token: &TokenString,
+    role: Role,
+    claims: Claims,
+) -> Result<gatehouse_agent::Joined, JoinError> {
+    let client = JoinClient::new(&host.url(), &host.trust)?;
+    let key = NodeKey::generate()?;
+    let options = JoinOptions {
+        claims,
+        ..JoinOptions::default()
+    };
+    join(
+        &client,
+        &host.trust,
+        &mut TokenProducer::new(role),
+        Some(token),
+        &key,
+        &options,
+    )
+    .await
+}
+
+async fn three_uses_twenty_agents(backend: Backend) {
+    let host = TestHost::start(backend).await;
+    let token = host.create_token("node", 3).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (url, trust, token) = (host.url(), host.trust.clone(), token.clone());
+        tasks.spawn(async move {
+            let client = JoinClient::new(&url, &trust)?;
+            let key = NodeKey::generate()?;
+            join(
+                &client,
+                &trust,
+                &mut TokenProducer::new(Role::Node),
+                Some(&token),
+                &key,
+                &JoinOptions::default(),
+            )
+            .await
+        });
+    }
+    let (mut admitted, mut denied) = (0, 0);
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap() {
+            Ok(j) => {
+                assert!(
+                    j.spiffe_id.starts_with("spiffe://gatehouse.dev/node/node_"),
+                    "{}",
+                    j.spiffe_id
+                );
+                admitted += 1;
+            }
+            Err(JoinError::Denied) => denied += 1,
+            Err(e) => panic!("{backend:?}: unexpected join error: {e}"),
+        }
+    }
+    assert_eq!((admitted, denied), (3, 17), "{backend:?}");
+    let reasons = host.refusal_reasons().await;
+    assert_eq!(reasons.len(), 17, "{backend:?}: {reasons:?}");
+    assert!(
+        reasons.iter().all(|r| r == "no-uses-left"),
+        "{backend:?}: {reasons:?}"
+    );
+    let joined = host
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e.kind == "node.joined")
+        .count();
+    assert_eq!(joined, 3);
+    let audits = host.audits().await;
+    assert_eq!(audits.len(), 20, "one audit row per round");
+    let mut tx = host.running.db.begin().await.unwrap();
+    assert_eq!(tx.list_nodes().await.unwrap().len(), 3);
+    assert_eq!(
+        tx.lock_token(&token.id).await.unwrap().unwrap().uses_left,
+        0
+    );
+    tx.commit().await.unwrap();
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_three_use_token_admits_exactly_three_of_twenty() {
+    for backend in backends() {
+        three_uses_twenty_agents(backend).await;
+    }
+}
+
+/// Joins with `token` and asserts the agent sees only ACCESS_DENIED and the event names `reason`.
+async fn refused(host: &TestHost, token: &TokenString, role: Role, claims: Claims, reason: &str) {
+    match join_once(host, token, role, claims).await {
+        Err(JoinError::Denied) => {}
+        other => panic!(
+            "expected ACCESS_DENIED for {reason}, got {:?}",
+            other.map(|j| j.node_id)
+        ),
+    }
+    let reasons = host.refusal_reasons().await;
+    assert_eq!(
+        reasons.last().map(String::as_str),
+        Some(reason),
+        "{reasons:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_refusal_reaches_the_agent_as_access_denied_with_its_reason_in_the_event() {
+    for backend in backends() {
+        let host = TestHost::start(backend).await;
+
+        let good = host.create_token("node", 5).await;
+        let wrong_secret = TokenString {
+            id: good.id.clone(),
+            secret: vec![1; 32],
+        };
+        refused(
+            &host,
+            &wrong_secret,
+            Role::Node,
+            Claims::default(),
+            "bad-secret",
+        )
+        .await;
+
+        let unknown = TokenString {
+            id: "tok_doesnotexist".into(),
+            secret: vec![1; 32],
+        };
+        refused(
+            &host,
+            &unknown,
+            Role::Node,
+            Claims::default(),
+            "unknown-token",
+        )
+        .await;
+
+        let revoked = host.create_token("node", 1).await;
+        let resp = host
+            .http()
+            .post(format!(
+                "{}/v1/admin/tokens/{}/revoke",
+                host.url(),
+                revoked.id
+            ))
+            .bearer_auth(&host.admin_key)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success());
+        refused(&host, &revoked, Role::Node, Claims::default(), "revoked").await;
+
+        // Expired by database time: the row's expiry is already behind the database clock.
+        let expired = host
+            .insert_token(TokenRole::Node, 1, -1_000, TokenExpect::default())
+            .await;
+        refused(&host, &expired, Role::Node, Claims::default(), "expired").await;
+
+        let site = host.create_token("site", 1).await;
+        refused(&host, &site, Role::Node, Claims::default(), "wrong-role").await;
+
+        let bound = host
+            .insert_token(
+                TokenRole::Node,
+                1,
+                60_000,
+                TokenExpect {
+                    product_uuid: Some("1111-2222".into()),
+                    ..TokenExpect::default()
+                },
+            )
+            .await;
+        let elsewhere = Claims {
+            product_uuid: Some("3333-4444".into()),
+            ..Claims::default()
+        };
+        refused(&host, &bound, Role::Node, elsewhere, "expect-product-uuid").await;
+
+        // Nothing refused spent a use: the good token still admits, and the bound one admits
+        // the machine it is bound to.
+        join_once(&host, &good, Role::Node, Claims::default())
+            .await
+            .unwrap();
+        let here = Claims {
+            product_uuid: Some("1111-2222".into()),
+            ..Claims::default()
+        };
+        join_once(&host, &bound, Role::Node, here).await.unwrap();
+        // A site token admits a site.
+        join_once(&host, &site, Role::Site, Claims::default())
+            .await
+            .unwrap();
+        host.stop().await;
+    }
+}

@@ -1,0 +1,9 @@
+//! Gatehouse's integration suite: one binary, one module per concern (STYLE: wasmtime links
+//! once). Every test runs a real host on loopback TLS; database tests run on SQLite always and
+//! on PostgreSQL when DATABASE_URL is set.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+mod join_token;
+mod response;
