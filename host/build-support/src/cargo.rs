@@ -1,0 +1,286 @@
+//! Running the nested cargo and reading what it built.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Deserialize;
+
+use crate::{BuildError, PROFILE, TARGET};
+
+/// Variables of the outer build that must not reach the nested one: flags and wrappers meant
+/// for the host target (a `-C target-cpu=native`, coverage instrumentation, clippy-driver,
+/// sccache), and target or build directories that would point it at the outer, locked
+/// directory.
+const SCRUBBED: &[&str] = &[
+    "CARGO_ENCODED_RUSTFLAGS",
+    "RUSTFLAGS",
+    "CARGO_BUILD_RUSTFLAGS",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTC_WRAPPER",
+    "CARGO_BUILD_RUSTC_WRAPPER",
+    "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_BUILD_TARGET",
+    "CARGO_BUILD_TARGET_DIR",
+];
+
+/// Fails with [`BuildError::TargetMissing`] unless `rustc` has the wasm32-wasip2 standard
+/// library.
+pub(crate) fn check_target_installed(rustc: &OsStr) -> Result<(), BuildError> {
+    let mut command = Command::new(rustc);
+    command.args(["--print", "target-libdir", "--target", TARGET]);
+    let libdir = PathBuf::from(output(command, "rustc --print target-libdir")?.trim());
+    let has_std = std::fs::read_dir(&libdir)
+        .map(|entries| {
+            entries.flatten().any(|entry| {
+                entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|name| name.starts_with("libstd-"))
+            })
+        })
+        .unwrap_or(false);
+    if has_std {
+        Ok(())
+    } else {
+        Err(BuildError::TargetMissing(libdir))
+    }
+}
+
+/// The root workspace's `Cargo.toml`, as cargo finds it from `manifest_dir`.
+pub(crate) fn workspace_manifest(cargo: &str, manifest_dir: &Path) -> Result<PathBuf, BuildError> {
+    let mut command = Command::new(cargo);
+    command
+        .args(["locate-project", "--workspace", "--message-format", "plain"])
+        .current_dir(manifest_dir);
+    Ok(PathBuf::from(
+        output(command, "cargo locate-project")?.trim(),
+    ))
+}
+
+/// A component cargo built.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Artifact {
+    /// The package, for a requested one; the lib target's name among cargo's messages.
+    pub(crate) package: String,
+    /// Its `Cargo.toml`.
+    pub(crate) manifest: PathBuf,
+    /// The `.wasm` in the nested target directory.
+    pub(crate) wasm: PathBuf,
+}
+
+/// Runs one nested `cargo build` of `packages` and returns their components, in order.
+pub(crate) fn build(
+    cargo: &str,
+    workspace: &Path,
+    target_dir: &Path,
+    packages: &[&str],
+) -> Result<Vec<Artifact>, BuildError> {
+    let mut command = build_command(cargo, workspace, target_dir, packages);
+    // Diagnostics are rendered to stderr, which cargo shows when the build script fails; the
+    // JSON messages on stdout name the artifacts.
+    command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    let described = describe(&command);
+    let result = command.output().map_err(|source| BuildError::Spawn {
+        command: described.clone(),
+        source,
+    })?;
+    if !result.status.success() {
+        return Err(BuildError::Failed {
+            command: described,
+            status: result.status,
+            detail: String::new(),
+        });
+    }
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let artifacts = components(&stdout).map_err(|detail| BuildError::Output {
+        command: described,
+        detail,
+    })?;
+    packages
+        .iter()
+        .map(|package| {
+            // A lib target is named after its package, `-` read as `_` (every component crate
+            // here keeps the default lib name).
+            let crate_name = package.replace('-', "_");
+            artifacts
+                .iter()
+                .rfind(|artifact| artifact.package.replace('-', "_") == crate_name)
+                .map(|artifact| Artifact {
+                    package: (*package).to_owned(),
+                    manifest: artifact.manifest.clone(),
+                    wasm: artifact.wasm.clone(),
+                })
+                .ok_or_else(|| BuildError::NoComponent((*package).to_owned()))
+        })
+        .collect()
+}
+
+/// The nested `cargo build`, with the outer build's flags, wrappers and directories removed.
+fn build_command(cargo: &str, workspace: &Path, target_dir: &Path, packages: &[&str]) -> Command {
+    let mut command = Command::new(cargo);
+    command
+        .arg("build")
+        .arg("--manifest-path")
+        .arg(workspace)
+        .args(["--target", TARGET, "--profile", PROFILE])
+        .args(["--message-format", "json-render-diagnostics"]);
+    for package in packages {
+        command.args(["-p", package]);
+    }
+    for name in SCRUBBED {
+        command.env_remove(name);
+    }
+    command
+        .env("CARGO_TARGET_DIR", target_dir)
+        .env("CARGO_BUILD_BUILD_DIR", target_dir);
+    command
+}
+
+/// The cdylib `.wasm` outputs among cargo's JSON messages, with the package each is of.
+fn components(messages: &str) -> Result<Vec<Artifact>, String> {
+    let mut artifacts = Vec::new();
+    for line in messages.lines().filter(|line| line.starts_with('{')) {
+        let message: Message =
+            serde_json::from_str(line).map_err(|error| format!("{error}: {line}"))?;
+        let Message::CompilerArtifact {
+            manifest_path,
+            target,
+            filenames,
+        } = message
+        else {
+            continue;
+        };
+        if !target.kind.iter().any(|kind| kind == "cdylib") {
+            continue;
+        }
+        let Some(wasm) = filenames
+            .into_iter()
+            .find(|file| file.extension().is_some_and(|ext| ext == "wasm"))
+        else {
+            continue;
+        };
+        artifacts.push(Artifact {
+            package: target.name,
+            manifest: manifest_path,
+            wasm,
+        });
+    }
+    Ok(artifacts)
+}
+
+/// The messages of `cargo build --message-format json` that matter here.
+#[derive(Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+enum Message {
+    /// A unit was compiled (or was fresh).
+    CompilerArtifact {
+        manifest_path: PathBuf,
+        target: Target,
+        filenames: Vec<PathBuf>,
+    },
+    /// Anything else: diagnostics, build-script output, the final status.
+    #[serde(other)]
+    Other,
+}
+
+/// The target a compiler artifact is of.
+#[derive(Deserialize)]
+struct Target {
+    name: String,
+    kind: Vec<String>,
+}
+
+/// Runs `command` and returns its stdout, or fails with its stderr.
+fn output(mut command: Command, what: &str) -> Result<String, BuildError> {
+    let result = command.output().map_err(|source| BuildError::Spawn {
+        command: what.to_owned(),
+        source,
+    })?;
+    if !result.status.success() {
+        return Err(BuildError::Failed {
+            command: what.to_owned(),
+            status: result.status,
+            detail: format!(": {}", String::from_utf8_lossy(&result.stderr).trim()),
+        });
+    }
+    String::from_utf8(result.stdout).map_err(|_| BuildError::Output {
+        command: what.to_owned(),
+        detail: "not UTF-8".into(),
+    })
+}
+
+/// `command` as a shell would show it, for error messages.
+fn describe(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(OsStr::to_string_lossy)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What [`build_command`] sets or removes, for its tests.
+#[cfg(test)]
+fn env_of(command: &Command, name: &str) -> Option<Option<std::ffi::OsString>> {
+    command
+        .get_envs()
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.map(OsStr::to_owned))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_build_is_scrubbed_and_isolated() {
+        let command = build_command(
+            "cargo",
+            Path::new("/w/Cargo.toml"),
+            Path::new("/w/target/components"),
+            &["a", "b"],
+        );
+        assert_eq!(
+            describe(&command),
+            "cargo build --manifest-path /w/Cargo.toml --target wasm32-wasip2 \
+             --profile component --message-format json-render-diagnostics -p a -p b"
+        );
+        for name in SCRUBBED {
+            assert_eq!(
+                env_of(&command, name),
+                Some(None),
+                "{name} reaches the nested build"
+            );
+        }
+        for name in ["CARGO_TARGET_DIR", "CARGO_BUILD_BUILD_DIR"] {
+            assert_eq!(
+                env_of(&command, name),
+                Some(Some(std::ffi::OsString::from("/w/target/components")))
+            );
+        }
+    }
+
+    #[test]
+    fn reads_cdylib_components_from_messages() {
+        let messages = r#"{"reason":"compiler-artifact","package_id":"x","manifest_path":"/w/sdk/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"gatehouse_sdk","src_path":"/w/sdk/src/lib.rs"},"filenames":["/t/deps/libgatehouse_sdk.rlib"],"fresh":true}
+{"reason":"compiler-message","message":{}}
+{"reason":"compiler-artifact","manifest_path":"/w/a/Cargo.toml","target":{"kind":["cdylib","rlib"],"name":"gatehouse_attestor_join_token"},"filenames":["/t/c/gatehouse_attestor_join_token.wasm","/t/c/libgatehouse_attestor_join_token.rlib"]}
+{"reason":"build-finished","success":true}
+"#;
+        assert_eq!(
+            components(messages).unwrap(),
+            [Artifact {
+                package: "gatehouse_attestor_join_token".into(),
+                manifest: PathBuf::from("/w/a/Cargo.toml"),
+                wasm: PathBuf::from("/t/c/gatehouse_attestor_join_token.wasm"),
+            }]
+        );
+    }
+
+    #[test]
+    fn refuses_garbled_messages() {
+        assert!(components("{not json\n").is_err());
+        assert!(components("Compiling x\n").unwrap().is_empty());
+    }
+}
