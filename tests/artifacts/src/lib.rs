@@ -1,0 +1,28 @@
+//! The components the integration tests load, built from this workspace by `build.rs` (one
+//! nested `cargo build --target wasm32-wasip2`, see `gatehouse-build-support`).
+//!
+//! Each constant is the absolute path of a component: [`JOIN_TOKEN`] for the built-in
+//! attestor, and one per directory in `tests/fixtures` (`tests/fixtures/loop-forever` is
+//! [`LOOP_FOREVER`]). [`foreach_fixture!`] calls a macro once per fixture, so the test crate
+//! can require a test for each:
+//!
+//! ```
+//! macro_rules! assert_tested {
+//!     ($fixture:ident) => {
+//!         #[allow(unused_imports)]
+//!         use tests::$fixture as _;
+//!     };
+//! }
+//! mod tests {
+//!     # pub fn alloc_forever() {} pub fn join_token_replacement() {} pub fn loop_forever() {}
+//!     # pub fn malformed_result() {} pub fn other_tenant() {} pub fn panic() {} pub fn wit_major() {}
+//!     // #[test] fn loop_forever() { ... gatehouse_test_artifacts::LOOP_FOREVER ... }
+//! }
+//! gatehouse_test_artifacts::foreach_fixture!(assert_tested);
+//! ```
+
+include!(concat!(env!("OUT_DIR"), "/components.rs"));
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

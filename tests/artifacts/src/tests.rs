@@ -1,0 +1,116 @@
+//! Every built file is a valid component of the attestor world, as wasmtime 48's parser sees
+//! it, and imports nothing the host does not provide.
+
+use wasmparser::{Encoding, Parser, Payload, Validator, WasmFeatures};
+
+/// A component's top-level import and export names.
+struct Surface {
+    imports: Vec<String>,
+    exports: Vec<String>,
+}
+
+/// Validates the component at `path` and returns its surface.
+fn inspect(path: &str) -> Surface {
+    let bytes = std::fs::read(path).unwrap();
+    let mut parser = Parser::new(0).parse_all(&bytes);
+    let first = parser.next().unwrap().unwrap();
+    assert!(
+        matches!(
+            first,
+            Payload::Version {
+                encoding: Encoding::Component,
+                ..
+            }
+        ),
+        "{path} is not a component"
+    );
+    Validator::new_with_features(WasmFeatures::default())
+        .validate_all(&bytes)
+        .unwrap_or_else(|error| panic!("{path} does not validate: {error}"));
+
+    let mut surface = Surface {
+        imports: Vec::new(),
+        exports: Vec::new(),
+    };
+    // Nested modules and components are parsed inline; only depth 0 is the component's own.
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(&bytes) {
+        match payload.unwrap() {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(section) if depth == 0 => {
+                for import in section {
+                    surface.imports.push(import.unwrap().name.name.to_owned());
+                }
+            }
+            Payload::ComponentExportSection(section) if depth == 0 => {
+                for export in section {
+                    surface.exports.push(export.unwrap().name.name.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    surface
+}
+
+/// Asserts `path` is an attestor component of world version `version` that imports only the
+/// world's types, transaction and crypto interfaces (never `tpm`, which the host does not
+/// link; wit-component drops imports a component does not call) and the `wasi:io` and
+/// `wasi:cli` interfaces Rust's standard library uses for stdio and exit (no clocks, random,
+/// filesystem or sockets).
+#[track_caller]
+fn assert_attestor(path: &str, version: &str) -> Surface {
+    let surface = inspect(path);
+    assert_eq!(
+        surface.exports,
+        [format!("better-compute:attestor/verifier@{version}")],
+        "{path}"
+    );
+    for import in &surface.imports {
+        let allowed = import.starts_with("wasi:io/")
+            || import.starts_with("wasi:cli/")
+            || *import == format!("better-compute:attestor/transaction@{version}")
+            || *import == format!("better-compute:attestor/crypto@{version}")
+            || *import == format!("better-compute:attestor/types@{version}");
+        assert!(allowed, "{path} imports {import}");
+    }
+    surface
+}
+
+#[test]
+fn join_token() {
+    let surface = assert_attestor(crate::JOIN_TOKEN, "0.1.0");
+    assert!(
+        surface
+            .imports
+            .contains(&"better-compute:attestor/crypto@0.1.0".to_owned())
+    );
+}
+
+macro_rules! fixture_is_a_component {
+    ($fixture:ident) => {
+        #[test]
+        fn $fixture() {
+            let name = stringify!($fixture).replace('_', "-");
+            let path = match name.as_str() {
+                "alloc-forever" => crate::ALLOC_FOREVER,
+                "join-token-replacement" => crate::JOIN_TOKEN_REPLACEMENT,
+                "loop-forever" => crate::LOOP_FOREVER,
+                "malformed-result" => crate::MALFORMED_RESULT,
+                "other-tenant" => crate::OTHER_TENANT,
+                "panic" => crate::PANIC,
+                "wit-major" => crate::WIT_MAJOR,
+                other => panic!("no constant for fixture {other}"),
+            };
+            let version = if name == "wit-major" {
+                "1.0.0"
+            } else {
+                "0.1.0"
+            };
+            assert_attestor(path, version);
+        }
+    };
+}
+
+foreach_fixture!(fixture_is_a_component);
