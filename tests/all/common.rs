@@ -99,6 +99,14 @@ impl TestHost {
     }
 
     pub async fn start_with(opts: HostOptions) -> Self {
+        match Self::try_start_with(opts).await {
+            Ok(host) => host,
+            Err(e) => panic!("starting the host: {e}"),
+        }
+    }
+
+    /// Starts a host, or says why it would not start.
+    pub async fn try_start_with(opts: HostOptions) -> Result<Self, String> {
         let dir = must(tempfile::tempdir(), "tempdir");
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("mkdir: {e}"));
@@ -132,7 +140,7 @@ impl TestHost {
             }
             config.runtime.attestors_dir = Some(adir);
         }
-        let running = must(app::start(&config).await, "starting the host");
+        let running = app::start(&config).await.map_err(|e| e.to_string())?;
         let trust: JoinTrust = must(
             serde_json::from_str(&must(std::fs::read_to_string(&files.join_trust), "trust")),
             "trust json",
@@ -140,13 +148,13 @@ impl TestHost {
         let admin_key = must(std::fs::read_to_string(&files.admin_key), "admin key")
             .trim()
             .to_owned();
-        Self {
+        Ok(Self {
             _dir: dir,
             running,
             trust,
             admin_key,
             created_database,
-        }
+        })
     }
 
     /// The host's base URL.

@@ -7,3 +7,4 @@
 mod common;
 mod join_token;
 mod response;
+mod sandbox;

@@ -1,0 +1,220 @@
+//! Hostile and broken components: every fixture in tests/fixtures has a test here
+//! (`foreach_fixture!` makes a missing one a compile error).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use gatehouse_agent::{
+    EvidenceProducer, JoinClient, JoinError, JoinOptions, NodeKey, ProducerError, TokenProducer,
+    join,
+};
+use gatehouse_proto::{Challenge, Role, TokenString};
+
+use crate::common::{Backend, HostOptions, TestHost};
+
+/// Evidence for a named attestor: the sealed token and nothing else.
+struct Named(&'static str);
+
+impl EvidenceProducer for Named {
+    fn attestor(&self) -> &str {
+        self.0
+    }
+    fn role(&self) -> Role {
+        Role::Node
+    }
+    fn evidence(&mut self, _: &[u8]) -> Result<Vec<u8>, ProducerError> {
+        Ok(vec![])
+    }
+    fn answer(&mut self, _: &Challenge, _: &[u8]) -> Result<Vec<u8>, ProducerError> {
+        Err(ProducerError::NoChallenges {
+            attestor: self.0.into(),
+        })
+    }
+}
+
+async fn host_with(fixture: &str) -> TestHost {
+    TestHost::start_with(HostOptions {
+        attestors: vec![PathBuf::from(fixture)],
+        ..HostOptions::new(Backend::Sqlite)
+    })
+    .await
+}
+
+async fn join_with(
+    host: &TestHost,
+    producer: &mut dyn EvidenceProducer,
+    token: &TokenString,
+) -> Result<gatehouse_agent::Joined, JoinError> {
+    let client = JoinClient::new(&host.url(), &host.trust)?;
+    join(
+        &client,
+        &host.trust,
+        producer,
+        Some(token),
+        &NodeKey::generate()?,
+        &JoinOptions::default(),
+    )
+    .await
+}
+
+async fn uses_left(host: &TestHost, token: &TokenString) -> u32 {
+    let mut tx = host.running.db.begin().await.unwrap();
+    let left = tx.lock_token(&token.id).await.unwrap().unwrap().uses_left;
+    tx.commit().await.unwrap();
+    left
+}
+
+/// The fixture's join is refused `reason` quickly, spends nothing, and the host still admits a
+/// normal join afterwards.
+async fn faults(fixture: &str, id: &'static str, reason: &str) {
+    let host = host_with(fixture).await;
+    let token = host.create_token("node", 1).await;
+    let started = Instant::now();
+    let result = join_with(&host, &mut Named(id), &token).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(result, Err(JoinError::Denied)),
+        "{id}: {:?}",
+        result.map(|j| j.node_id)
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "{id}: the refusal took {took:?}"
+    );
+    assert_eq!(
+        host.refusal_reasons().await,
+        vec![reason.to_owned()],
+        "{id}"
+    );
+    assert_eq!(
+        uses_left(&host, &token).await,
+        1,
+        "{id}: a refused join spent a use"
+    );
+    let joined = join_with(&host, &mut TokenProducer::new(Role::Node), &token).await;
+    assert!(
+        joined.is_ok(),
+        "{id}: the host stopped serving: {:?}",
+        joined.err()
+    );
+    host.stop().await;
+}
+
+mod fixtures {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn loop_forever() {
+        faults(
+            gatehouse_test_artifacts::LOOP_FOREVER,
+            "loop-forever",
+            "attestor-fault",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn alloc_forever() {
+        faults(
+            gatehouse_test_artifacts::ALLOC_FOREVER,
+            "alloc-forever",
+            "attestor-fault",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn panic() {
+        faults(gatehouse_test_artifacts::PANIC, "panic", "attestor-fault").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn malformed_result() {
+        faults(
+            gatehouse_test_artifacts::MALFORMED_RESULT,
+            "malformed-result",
+            "attestor-fault",
+        )
+        .await;
+    }
+
+    /// It validly spends the token but admits into another tenant: JoinService's own checks
+    /// refuse it, and the rollback gives the use back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn other_tenant() {
+        faults(
+            gatehouse_test_artifacts::OTHER_TENANT,
+            "other-tenant",
+            "tenant-mismatch",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn join_token_replacement() {
+        let host = host_with(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT).await;
+        let token = host.create_token("node", 1).await;
+        join_with(&host, &mut TokenProducer::new(Role::Node), &token)
+            .await
+            .unwrap();
+        let admitted: Vec<_> = host
+            .audits()
+            .await
+            .into_iter()
+            .filter(|a| a.result.as_str() == "admitted")
+            .collect();
+        assert_eq!(admitted.len(), 1);
+        assert_eq!(
+            admitted[0].subject.as_deref(),
+            Some(format!("replacement:{}", token.id).as_str()),
+            "the built-in answered"
+        );
+        let list: serde_json::Value = host
+            .http()
+            .get(format!("{}/v1/admin/attestors", host.url()))
+            .bearer_auth(&host.admin_key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let jt = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == "join-token")
+            .unwrap();
+        assert_eq!(jt["version"], "0.0.1-replacement");
+        assert_eq!(jt["source"]["kind"], "file");
+        host.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn wit_major() {
+        let opts = HostOptions {
+            attestors: vec![PathBuf::from(gatehouse_test_artifacts::WIT_MAJOR)],
+            ..HostOptions::new(Backend::Sqlite)
+        };
+        let err = match TestHost::try_start_with(opts).await {
+            Ok(_) => panic!("a component built against another WIT major must not load"),
+            Err(e) => e,
+        };
+        let file = PathBuf::from(gatehouse_test_artifacts::WIT_MAJOR);
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(err.contains(&name), "{err}");
+        assert!(
+            err.contains("better-compute:attestor@1.0.0")
+                && err.contains("better-compute:attestor@0.1.0"),
+            "{err}"
+        );
+    }
+}
+
+macro_rules! tested {
+    ($fixture:ident) => {
+        #[allow(unused_imports)]
+        use fixtures::$fixture as _;
+    };
+}
+gatehouse_test_artifacts::foreach_fixture!(tested);
