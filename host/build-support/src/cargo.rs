@@ -25,26 +25,34 @@ const SCRUBBED: &[&str] = &[
 ];
 
 /// Fails with [`BuildError::TargetMissing`] unless `rustc` has the wasm32-wasip2 standard
-/// library.
+/// library (`<sysroot>/lib/rustlib/wasm32-wasip2/lib/libstd-*.rlib`).
 pub(crate) fn check_target_installed(rustc: &OsStr) -> Result<(), BuildError> {
     let mut command = Command::new(rustc);
-    command.args(["--print", "target-libdir", "--target", TARGET]);
-    let libdir = PathBuf::from(output(command, "rustc --print target-libdir")?.trim());
-    let has_std = std::fs::read_dir(&libdir)
-        .map(|entries| {
-            entries.flatten().any(|entry| {
-                entry
-                    .file_name()
-                    .to_str()
-                    .is_some_and(|name| name.starts_with("libstd-"))
-            })
-        })
-        .unwrap_or(false);
-    if has_std {
+    command.args(["--print", "sysroot"]);
+    let sysroot = PathBuf::from(output(command, "rustc --print sysroot")?.trim());
+    let libdir = target_libdir(&sysroot);
+    if has_std(&libdir) {
         Ok(())
     } else {
         Err(BuildError::TargetMissing(libdir))
     }
+}
+
+/// Where a sysroot keeps the wasm32-wasip2 standard library.
+fn target_libdir(sysroot: &Path) -> PathBuf {
+    sysroot.join("lib/rustlib").join(TARGET).join("lib")
+}
+
+/// Whether `libdir` holds a standard library.
+fn has_std(libdir: &Path) -> bool {
+    std::fs::read_dir(libdir).is_ok_and(|entries| {
+        entries.flatten().any(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with("libstd-"))
+        })
+    })
 }
 
 /// The root workspace's `Cargo.toml`, as cargo finds it from `manifest_dir`.
@@ -276,6 +284,26 @@ mod tests {
                 wasm: PathBuf::from("/t/c/gatehouse_attestor_join_token.wasm"),
             }]
         );
+    }
+
+    #[test]
+    fn finds_the_wasm_standard_library() {
+        let dir = std::env::temp_dir().join(format!("gatehouse-bs-{}", std::process::id()));
+        let libdir = target_libdir(&dir);
+        assert_eq!(libdir, dir.join("lib/rustlib/wasm32-wasip2/lib"));
+        assert!(!has_std(&libdir));
+        std::fs::create_dir_all(&libdir).unwrap();
+        assert!(!has_std(&libdir));
+        std::fs::write(libdir.join("libstd-0123.rlib"), b"").unwrap();
+        assert!(has_std(&libdir));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_toolchain_building_this_has_the_target() {
+        // setup.sh installs it; the host and the tests cannot build without it.
+        let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+        check_target_installed(&rustc).unwrap();
     }
 
     #[test]

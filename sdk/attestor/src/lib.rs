@@ -122,7 +122,13 @@ pub mod __private {
 /// [`Attestor::configure`] and drops the value, and `verify` configures a fresh value with the
 /// configuration text the host passes and calls [`Attestor::verify`] with a [`Context`] whose
 /// [`Tx`] and [`Crypto`] call the host's imports. A type that does not implement [`Attestor`]
-/// is a compile error at the invocation.
+/// is a compile error at the invocation (``error[E0277]: `NotAnAttestor` is not an attestor``):
+///
+/// ```compile_fail,E0277
+/// struct NotAnAttestor;
+/// gatehouse_sdk::export_attestor!(NotAnAttestor);
+/// # fn main() {}
+/// ```
 ///
 /// On targets other than `wasm32` it only checks the type, so an attestor crate that is also an
 /// `rlib` the host calls natively carries no component exports there.
