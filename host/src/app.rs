@@ -71,10 +71,10 @@ fn read(path: &Path) -> Result<Vec<u8>, StartError> {
 
 /// The bundle's secret: GATEHOUSE_SECRET, else the secret file.
 pub fn load_secret(config: &Config) -> Result<Vec<u8>, StartError> {
-    if let Ok(secret) = std::env::var("GATEHOUSE_SECRET") {
-        if !secret.is_empty() {
-            return Ok(secret.into_bytes());
-        }
+    if let Ok(secret) = std::env::var("GATEHOUSE_SECRET")
+        && !secret.is_empty()
+    {
+        return Ok(secret.into_bytes());
     }
     let path = config
         .secret_file

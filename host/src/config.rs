@@ -203,12 +203,12 @@ impl Config {
             ));
         }
         for (id, section) in &self.attestors {
-            if let Some(pin) = &section.sha256 {
-                if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(ConfigError::Invalid(format!(
-                        "attestors.{id}.sha256 is not 64 hex digits"
-                    )));
-                }
+            if let Some(pin) = &section.sha256
+                && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "attestors.{id}.sha256 is not 64 hex digits"
+                )));
             }
         }
         Ok(())

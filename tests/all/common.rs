@@ -281,13 +281,13 @@ impl TestHost {
         running.db.close().await;
         if let Some(name) = created_database {
             use sqlx::Connection as _;
-            if let Ok(admin) = std::env::var("DATABASE_URL") {
-                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut conn)
-                        .await;
-                    let _ = conn.close().await;
-                }
+            if let Ok(admin) = std::env::var("DATABASE_URL")
+                && let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await
+            {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await;
+                let _ = conn.close().await;
             }
         }
     }

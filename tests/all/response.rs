@@ -64,8 +64,7 @@ async fn a_tampered_or_wrongly_signed_response_is_refused() {
         &JoinOptions::default(),
     )
     .await
-    .err()
-    .expect("must not join");
+    .expect_err("must not join");
     assert!(
         matches!(err, JoinError::Response(ResponseError::WrongKey)),
         "{err}"

@@ -96,15 +96,14 @@ pub(super) async fn create_token(
         ("siteId", req.site_id.as_ref()),
         ("expect.nodeId", req.expect.node_id.as_ref()),
     ] {
-        if let Some(v) = v {
-            if v.is_empty()
+        if let Some(v) = v
+            && (v.is_empty()
                 || v.len() > 128
                 || !v
                     .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-            {
-                return Err(ApiError::InvalidInput(format!("{what} is not an id")));
-            }
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
+        {
+            return Err(ApiError::InvalidInput(format!("{what} is not an id")));
         }
     }
     let secret: [u8; 32] = rand::random();

@@ -222,22 +222,21 @@ fn check_expect(
     claims: &Claims,
 ) -> Result<(), PolicyRefusal> {
     let expect = &token.expect;
-    if let Some(uuid) = &expect.product_uuid {
-        if claims.product_uuid.as_deref().map(str::to_ascii_lowercase)
+    if let Some(uuid) = &expect.product_uuid
+        && claims.product_uuid.as_deref().map(str::to_ascii_lowercase)
             != Some(uuid.to_ascii_lowercase())
-        {
-            return Err(PolicyRefusal::ExpectProductUuid);
-        }
+    {
+        return Err(PolicyRefusal::ExpectProductUuid);
     }
-    if let Some(mac) = &expect.mac {
-        if !claims.macs.iter().any(|m| m.eq_ignore_ascii_case(mac)) {
-            return Err(PolicyRefusal::ExpectMac);
-        }
+    if let Some(mac) = &expect.mac
+        && !claims.macs.iter().any(|m| m.eq_ignore_ascii_case(mac))
+    {
+        return Err(PolicyRefusal::ExpectMac);
     }
-    if let Some(node) = &expect.node_id {
-        if result.node_id.as_deref() != Some(node.as_str()) {
-            return Err(PolicyRefusal::ExpectNode);
-        }
+    if let Some(node) = &expect.node_id
+        && result.node_id.as_deref() != Some(node.as_str())
+    {
+        return Err(PolicyRefusal::ExpectNode);
     }
     Ok(())
 }

@@ -239,19 +239,18 @@ fn validate_result(a: &AttestationResult) -> Result<(), String> {
             return Err("a binding is not a code and an id".into());
         }
     }
-    if let Some(uri) = &a.node_key_uri {
-        if uri.len() > 512 || !uri.is_ascii() {
-            return Err("node-key-uri is too long or not ASCII".into());
-        }
+    if let Some(uri) = &a.node_key_uri
+        && (uri.len() > 512 || !uri.is_ascii())
+    {
+        return Err("node-key-uri is too long or not ASCII".into());
     }
-    if let Some(kinds) = &a.allowed_kinds {
-        if kinds.len() > 64
+    if let Some(kinds) = &a.allowed_kinds
+        && (kinds.len() > 64
             || kinds
                 .iter()
-                .any(|k| k.is_empty() || k.len() > 64 || !k.is_ascii())
-        {
-            return Err("allowed-kinds must be at most 64 ASCII kinds".into());
-        }
+                .any(|k| k.is_empty() || k.len() > 64 || !k.is_ascii()))
+    {
+        return Err("allowed-kinds must be at most 64 ASCII kinds".into());
     }
     if a.subject.as_ref().is_some_and(|s| s.len() > 512) {
         return Err("subject longer than 512 bytes".into());

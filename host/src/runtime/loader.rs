@@ -211,15 +211,15 @@ pub(super) async fn load_all<B: TxBackend>(
     let mut loaded = Vec::with_capacity(by_id.len());
     for (id, (summary, pre)) in by_id {
         let settings = config.attestors.get(&id);
-        if let Some(expected) = settings.and_then(|s| s.sha256.as_deref()) {
-            if !expected.eq_ignore_ascii_case(&summary.sha256) {
-                return Err(LoadError::PinMismatch {
-                    id,
-                    origin: summary.source.to_string(),
-                    expected: expected.to_owned(),
-                    actual: summary.sha256,
-                });
-            }
+        if let Some(expected) = settings.and_then(|s| s.sha256.as_deref())
+            && !expected.eq_ignore_ascii_case(&summary.sha256)
+        {
+            return Err(LoadError::PinMismatch {
+                id,
+                origin: summary.source.to_string(),
+                expected: expected.to_owned(),
+                actual: summary.sha256,
+            });
         }
         let config_json = match settings {
             Some(s) if !s.config.is_null() => s.config.to_string(),

@@ -149,6 +149,7 @@ pub struct Challenge {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

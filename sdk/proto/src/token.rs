@@ -87,6 +87,7 @@ impl TokenString {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
