@@ -25,7 +25,7 @@ pub enum SealError {
     /// The recipient key is not a 32-byte X25519 public key.
     #[error("the JoinService encryption key is not an X25519 public key")]
     RecipientKey,
-    /// The HPKE operation failed.
+    /// The HPKE operation failed (the system random source, in practice).
     #[error("sealing failed")]
     Seal,
 }
@@ -93,7 +93,9 @@ pub fn seal_token(
     Ok(out)
 }
 
-/// Opens a sealed token for the CSR whose SHA-256 is `csr_sha256`. Total on untrusted input.
+/// Opens a sealed token for the CSR whose SHA-256 is `csr_sha256`. Total on untrusted input:
+/// [`TokenError::Sealed`] when it does not open (tampered, truncated, oversized, another key or
+/// another CSR), otherwise the errors of [`TokenString::parse`] for what it held.
 pub fn open_token(
     key: &TokenOpeningKey,
     sealed: &[u8],
@@ -179,6 +181,29 @@ mod tests {
         assert_eq!(
             seal_token(&[1, 2, 3], &token(), &csr),
             Err(SealError::RecipientKey)
+        );
+    }
+
+    #[test]
+    fn opening_key_bytes_round_trip() {
+        let (key, public) = generate_token_keypair();
+        let again = TokenOpeningKey::from_bytes(key.to_bytes());
+        assert_eq!(again.public_key().unwrap(), public);
+        let csr = [3u8; 32];
+        let sealed = seal_token(&public, &token(), &csr).unwrap();
+        assert_eq!(open_token(&again, &sealed, &csr).unwrap(), token());
+    }
+
+    #[test]
+    fn errors_display() {
+        assert_eq!(
+            SealError::RecipientKey.to_string(),
+            "the JoinService encryption key is not an X25519 public key"
+        );
+        assert_eq!(SealError::Seal.to_string(), "sealing failed");
+        assert_eq!(
+            TokenError::Sealed.to_string(),
+            "the sealed token does not open for this key and CSR"
         );
     }
 

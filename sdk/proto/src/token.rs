@@ -18,7 +18,7 @@ const MAX_ID_LEN: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TokenError {
-    /// The text is not `gh1.<id>.<secret>`.
+    /// The text (or the plaintext of a sealed token that opened) is not `gh1.<id>.<secret>`.
     #[error("a join token has the form gh1.<id>.<secret>")]
     Format,
     /// The id is empty, too long, or has characters other than `[a-z0-9_]`.
