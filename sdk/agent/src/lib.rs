@@ -10,10 +10,17 @@ mod client;
 mod identity;
 mod key;
 mod producer;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod testutil;
 mod verify;
 
-pub use client::{JoinClient, JoinError, JoinOptions, Joined, join};
-pub use identity::{Identity, IdentityError, write_identity};
+pub use client::{
+    JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
+};
+pub use identity::{
+    CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, ensure_no_identity, write_identity,
+};
 pub use key::{KeyError, NodeKey, build_csr};
-pub use producer::{EvidenceProducer, ProducerError, TokenProducer};
+pub use producer::{EvidenceProducer, JOIN_TOKEN, ProducerError, TokenProducer};
 pub use verify::{ResponseError, Verified, verify_response};

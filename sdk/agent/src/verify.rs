@@ -63,6 +63,8 @@ pub enum Verified {
     Challenge(Challenge),
 }
 
+/// The EC point of a P-256 SubjectPublicKeyInfo (and nothing else: no trailing bytes, no other
+/// curve or algorithm).
 fn ec_point(spki_der: &[u8]) -> Result<Vec<u8>, ResponseError> {
     let (rest, spki) = SubjectPublicKeyInfo::from_der(spki_der)
         .map_err(|e| ResponseError::Trust(e.to_string()))?;
@@ -83,8 +85,15 @@ fn ec_point(spki_der: &[u8]) -> Result<Vec<u8>, ResponseError> {
     Ok(spki.subject_public_key.data.to_vec())
 }
 
+/// SHA-256 of `data`.
+pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data).as_ref());
+    out
+}
+
 fn sha256_hex(data: &[u8]) -> String {
-    hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data))
+    hex::encode(sha256(data))
 }
 
 /// Verifies `response` for the request whose CSR hashes to `csr_sha256`, made with the key
@@ -187,218 +196,273 @@ fn check_leaf(
     if uris.first() != Some(&expected.as_str()) || spiffe != 1 {
         return Err(ResponseError::WrongIdentity);
     }
-    Ok(leaf.validity().not_after.timestamp() * 1000)
+    Ok(leaf.validity().not_after.timestamp().saturating_mul(1000))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::testutil::{Pki, deferred_body, joined_body, signer};
     use aws_lc_rs::rand::SystemRandom;
-    use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
-    use rcgen::{
-        BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, PublicKeyData as _, SanType,
-    };
-
-    struct Fixture {
-        trust: JoinTrust,
-        signer: EcdsaKeyPair,
-        ca_key: KeyPair,
-        ca_params: CertificateParams,
-        node: KeyPair,
-    }
-
-    fn spki_of(pair: &EcdsaKeyPair) -> Vec<u8> {
-        // The fixed DER header of a P-256 SubjectPublicKeyInfo, then the uncompressed point.
-        let point = pair.public_key().as_ref().to_vec();
-        let mut spki = vec![
-            0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06,
-            0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
-        ];
-        spki.extend_from_slice(&point);
-        spki
-    }
-
-    fn signer() -> EcdsaKeyPair {
-        let pkcs8 =
-            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
-                .unwrap();
-        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref()).unwrap()
-    }
-
-    fn fixture() -> Fixture {
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "test node CA");
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let signer = signer();
-        let trust = JoinTrust {
-            trust_domain: "td.test".into(),
-            node_ca_pem: ca.pem(),
-            tls_ca_pem: String::new(),
-            join_signing_key: spki_of(&signer),
-            join_encryption_key: vec![0; 32],
-        };
-        Fixture {
-            trust,
-            signer,
-            ca_key,
-            ca_params,
-            node: KeyPair::generate().unwrap(),
-        }
-    }
-
-    fn leaf(f: &Fixture, issuer_key: &KeyPair, node_key: &KeyPair, uri: &str) -> Vec<u8> {
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.subject_alt_names = vec![SanType::URI(uri.try_into().unwrap())];
-        let issuer = Issuer::from_params(&f.ca_params, issuer_key);
-        p.signed_by(node_key, &issuer).unwrap().der().to_vec()
-    }
-
-    fn respond(f: &Fixture, body: &JoinResponseBody) -> JoinResponse {
-        let bytes = serde_json::to_vec(body).unwrap();
-        let sig = f
-            .signer
-            .sign(&SystemRandom::new(), &response_signing_input(&bytes))
-            .unwrap();
-        JoinResponse {
-            body: bytes,
-            signature: sig.as_ref().to_vec(),
-            key_id: sha256_hex(&f.trust.join_signing_key),
-        }
-    }
+    use rcgen::{KeyPair, PublicKeyData as _};
 
     const CSR: [u8; 32] = [5; 32];
 
-    fn joined(chain: Vec<Vec<u8>>) -> JoinResponseBody {
-        JoinResponseBody {
-            v: 1,
-            csr_sha256: hex::encode(CSR),
-            node_id: "node_a".into(),
-            chain,
-            deferral: None,
+    struct Case {
+        pki: Pki,
+        node: KeyPair,
+        good: JoinResponse,
+    }
+
+    fn case() -> Case {
+        let pki = Pki::new();
+        let node = KeyPair::generate().unwrap();
+        let good = pki.respond(&joined_body(
+            &CSR,
+            "node_a",
+            vec![pki.node_leaf(&node, "node_a")],
+        ));
+        Case { pki, node, good }
+    }
+
+    impl Case {
+        fn verify(&self, response: &JoinResponse) -> Result<Verified, ResponseError> {
+            verify_response(
+                &self.pki.trust,
+                response,
+                &CSR,
+                &self.node.subject_public_key_info(),
+            )
         }
     }
 
     #[test]
-    fn accepts_a_good_response_and_refuses_every_tampering() {
-        let f = fixture();
-        let spki = f.node.subject_public_key_info();
-        let good_leaf = leaf(&f, &f.ca_key, &f.node, "spiffe://td.test/node/node_a");
-        let good = respond(&f, &joined(vec![good_leaf.clone()]));
-        assert!(matches!(
-            verify_response(&f.trust, &good, &CSR, &spki),
-            Ok(Verified::Joined { .. })
-        ));
+    fn accepts_a_good_response() {
+        let c = case();
+        let Ok(Verified::Joined {
+            node_id,
+            chain,
+            not_after_ms,
+        }) = c.verify(&c.good)
+        else {
+            panic!("refused a good response");
+        };
+        assert_eq!(node_id, "node_a");
+        assert_eq!(chain.len(), 1);
+        assert!(not_after_ms > 0);
+    }
 
-        let mut flipped = good.clone();
-        flipped.body[10] ^= 1;
-        assert_eq!(
-            verify_response(&f.trust, &flipped, &CSR, &spki),
-            Err(ResponseError::BadSignature)
-        );
+    #[test]
+    fn refuses_a_flipped_body_byte() {
+        let c = case();
+        for i in [0, c.good.body.len() / 2, c.good.body.len() - 1] {
+            let mut flipped = c.good.clone();
+            flipped.body[i] ^= 1;
+            assert_eq!(
+                c.verify(&flipped),
+                Err(ResponseError::BadSignature),
+                "byte {i}"
+            );
+        }
+        let mut sig = c.good.clone();
+        sig.signature[0] ^= 1;
+        assert_eq!(c.verify(&sig), Err(ResponseError::BadSignature));
+        sig.signature.truncate(10);
+        assert_eq!(c.verify(&sig), Err(ResponseError::BadSignature));
+    }
 
-        let other = signer();
-        let mut resigned = good.clone();
-        resigned.signature = other
-            .sign(&SystemRandom::new(), &response_signing_input(&good.body))
+    #[test]
+    fn refuses_a_signature_by_another_key() {
+        let c = case();
+        let mut resigned = c.good.clone();
+        resigned.signature = signer()
+            .sign(&SystemRandom::new(), &response_signing_input(&c.good.body))
             .unwrap()
             .as_ref()
             .to_vec();
-        assert_eq!(
-            verify_response(&f.trust, &resigned, &CSR, &spki),
-            Err(ResponseError::BadSignature)
-        );
+        assert_eq!(c.verify(&resigned), Err(ResponseError::BadSignature));
+        // Signed without the domain separation: not a response signature.
+        let mut bare = c.good.clone();
+        bare.signature = c
+            .pki
+            .signer
+            .sign(&SystemRandom::new(), &c.good.body)
+            .unwrap()
+            .as_ref()
+            .to_vec();
+        assert_eq!(c.verify(&bare), Err(ResponseError::BadSignature));
+    }
 
-        let mut wrong_id = good.clone();
-        wrong_id.key_id = "00".repeat(32);
-        assert_eq!(
-            verify_response(&f.trust, &wrong_id, &CSR, &spki),
-            Err(ResponseError::WrongKey)
-        );
+    #[test]
+    fn refuses_a_wrong_key_id() {
+        let c = case();
+        let mut wrong = c.good.clone();
+        wrong.key_id = "00".repeat(32);
+        assert_eq!(c.verify(&wrong), Err(ResponseError::WrongKey));
+        wrong.key_id = c.good.key_id.to_uppercase();
+        assert_eq!(c.verify(&wrong), Err(ResponseError::WrongKey));
+    }
 
+    #[test]
+    fn refuses_a_body_for_another_csr() {
+        let c = case();
+        let spki = c.node.subject_public_key_info();
         assert_eq!(
-            verify_response(&f.trust, &good, &[6; 32], &spki),
+            verify_response(&c.pki.trust, &c.good, &[6; 32], &spki),
             Err(ResponseError::OtherRequest)
         );
+    }
 
+    #[test]
+    fn refuses_a_leaf_with_another_key() {
+        let c = case();
         let stranger = KeyPair::generate().unwrap();
-        let not_ours = respond(
-            &f,
-            &joined(vec![leaf(
-                &f,
-                &f.ca_key,
-                &stranger,
-                "spiffe://td.test/node/node_a",
-            )]),
-        );
-        assert_eq!(
-            verify_response(&f.trust, &not_ours, &CSR, &spki),
-            Err(ResponseError::NotOurKey)
-        );
+        let r = c.pki.respond(&joined_body(
+            &CSR,
+            "node_a",
+            vec![c.pki.node_leaf(&stranger, "node_a")],
+        ));
+        assert_eq!(c.verify(&r), Err(ResponseError::NotOurKey));
+    }
 
+    #[test]
+    fn refuses_a_leaf_not_from_the_node_ca() {
+        let c = case();
+        // Same issuer name, another key: only the signature tells.
         let rogue_ca = KeyPair::generate().unwrap();
-        let rogue = respond(
-            &f,
-            &joined(vec![leaf(
-                &f,
-                &rogue_ca,
-                &f.node,
-                "spiffe://td.test/node/node_a",
-            )]),
-        );
-        assert_eq!(
-            verify_response(&f.trust, &rogue, &CSR, &spki),
-            Err(ResponseError::NotFromNodeCa)
-        );
+        let uri = "spiffe://td.test/node/node_a";
+        let r = c.pki.respond(&joined_body(
+            &CSR,
+            "node_a",
+            vec![c.pki.leaf(&rogue_ca, &c.node, uri)],
+        ));
+        assert_eq!(c.verify(&r), Err(ResponseError::NotFromNodeCa));
+    }
 
-        let another = respond(
-            &f,
-            &joined(vec![leaf(
-                &f,
-                &f.ca_key,
-                &f.node,
-                "spiffe://td.test/node/node_b",
-            )]),
-        );
-        assert_eq!(
-            verify_response(&f.trust, &another, &CSR, &spki),
-            Err(ResponseError::WrongIdentity)
-        );
+    #[test]
+    fn refuses_a_spiffe_id_of_another_node() {
+        let c = case();
+        let other = c.pki.respond(&joined_body(
+            &CSR,
+            "node_a",
+            vec![c.pki.node_leaf(&c.node, "node_b")],
+        ));
+        assert_eq!(c.verify(&other), Err(ResponseError::WrongIdentity));
+        let domain = c
+            .pki
+            .leaf(&c.pki.ca_key, &c.node, "spiffe://other.test/node/node_a");
+        let r = c.pki.respond(&joined_body(&CSR, "node_a", vec![domain]));
+        assert_eq!(c.verify(&r), Err(ResponseError::WrongIdentity));
+        let prefix = c
+            .pki
+            .leaf(&c.pki.ca_key, &c.node, "spiffe://td.test/node/node_a/x");
+        let r = c.pki.respond(&joined_body(&CSR, "node_a", vec![prefix]));
+        assert_eq!(c.verify(&r), Err(ResponseError::WrongIdentity));
+    }
 
-        let empty = respond(&f, &joined(vec![]));
-        assert_eq!(
-            verify_response(&f.trust, &empty, &CSR, &spki),
-            Err(ResponseError::Incomplete)
-        );
+    #[test]
+    fn refuses_incomplete_and_malformed_bodies() {
+        let c = case();
+        let leaf = c.pki.node_leaf(&c.node, "node_a");
+        let empty_chain = c.pki.respond(&joined_body(&CSR, "node_a", vec![]));
+        assert_eq!(c.verify(&empty_chain), Err(ResponseError::Incomplete));
+        let no_id = c.pki.respond(&joined_body(&CSR, "", vec![leaf.clone()]));
+        assert_eq!(c.verify(&no_id), Err(ResponseError::Incomplete));
+        let mut garbage = c
+            .pki
+            .respond(&joined_body(&CSR, "node_a", vec![b"not a cert".to_vec()]));
+        assert!(matches!(
+            c.verify(&garbage),
+            Err(ResponseError::Malformed(_))
+        ));
+        let mut trailing = leaf;
+        trailing.push(0);
+        garbage = c.pki.respond(&joined_body(&CSR, "node_a", vec![trailing]));
+        assert!(matches!(
+            c.verify(&garbage),
+            Err(ResponseError::Malformed(_))
+        ));
+        let mut v2 = joined_body(&CSR, "node_a", vec![]);
+        v2.v = 2;
+        assert!(matches!(
+            c.verify(&c.pki.respond(&v2)),
+            Err(ResponseError::Malformed(_))
+        ));
+        // A signed body that is not JSON at all.
+        let mut not_json = c.good.clone();
+        not_json.body = b"[]".to_vec();
+        not_json.signature = c
+            .pki
+            .signer
+            .sign(
+                &SystemRandom::new(),
+                &response_signing_input(&not_json.body),
+            )
+            .unwrap()
+            .as_ref()
+            .to_vec();
+        assert!(matches!(
+            c.verify(&not_json),
+            Err(ResponseError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_an_unusable_trust_file() {
+        let mut c = case();
+        c.pki.trust.join_signing_key = b"not an spki".to_vec();
+        c.good.key_id = sha256_hex(&c.pki.trust.join_signing_key);
+        assert!(matches!(c.verify(&c.good), Err(ResponseError::Trust(_))));
     }
 
     #[test]
     fn deferrals_carry_no_certificate() {
-        let f = fixture();
-        let body = JoinResponseBody {
-            v: 1,
-            csr_sha256: hex::encode(CSR),
-            node_id: String::new(),
-            chain: vec![],
-            deferral: Some(Deferral::Pending(Pending {
+        let c = case();
+        let pending = Deferral::Pending(Pending {
+            request_id: "jr_1".into(),
+            retry_after_seconds: 5,
+        });
+        let body = deferred_body(&CSR, pending.clone());
+        assert_eq!(
+            c.verify(&c.pki.respond(&body)),
+            Ok(Verified::Pending(Pending {
                 request_id: "jr_1".into(),
                 retry_after_seconds: 5,
-            })),
-        };
-        let spki = f.node.subject_public_key_info();
-        assert!(matches!(
-            verify_response(&f.trust, &respond(&f, &body), &CSR, &spki),
-            Ok(Verified::Pending(_))
-        ));
+            }))
+        );
         let mut both = body.clone();
         both.node_id = "node_a".into();
         assert_eq!(
-            verify_response(&f.trust, &respond(&f, &both), &CSR, &spki),
+            c.verify(&c.pki.respond(&both)),
             Err(ResponseError::Incomplete)
+        );
+        let mut chained = body;
+        chained.chain = vec![c.pki.node_leaf(&c.node, "node_a")];
+        assert_eq!(
+            c.verify(&c.pki.respond(&chained)),
+            Err(ResponseError::Incomplete)
+        );
+        let other = deferred_body(&[7; 32], pending);
+        assert_eq!(
+            c.verify(&c.pki.respond(&other)),
+            Err(ResponseError::OtherRequest)
+        );
+    }
+
+    #[test]
+    fn errors_display() {
+        assert_eq!(
+            ResponseError::OtherRequest.to_string(),
+            "the response is for another request (CSR hash mismatch)"
+        );
+        assert_eq!(
+            ResponseError::WrongIdentity.to_string(),
+            "the certificate's SPIFFE ID is not spiffe://<trust domain>/node/<node id>"
+        );
+        assert_eq!(
+            ResponseError::Malformed("x".into()).to_string(),
+            "the response body is malformed: x"
         );
     }
 }
