@@ -1,40 +1,51 @@
-//! The join loop over HTTPS.
+//! The join loop, and the HTTPS client it runs over.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use gatehouse_proto::{
-    ApiError, Claims, JoinRequest, JoinResponse, JoinTrust, TokenString, seal_token,
+    ACCESS_DENIED, ApiError, Claims, JoinRequest, JoinResponse, JoinTrust, TokenString, seal_token,
 };
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 
 use crate::key::{KeyError, NodeKey, build_csr};
 use crate::producer::{EvidenceProducer, ProducerError};
-use crate::verify::{ResponseError, Verified, verify_response};
+use crate::verify::{ResponseError, Verified, sha256, verify_response};
 
-/// Most challenge rounds one join answers.
-const MAX_CHALLENGES: u32 = 3;
-/// Longest wait a pending approval may ask for.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// Most challenge rounds one join answers (the seed's limit).
+pub const MAX_CHALLENGES: u32 = 3;
+/// Longest wait a pending approval may ask for between two rounds.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// Largest response body read: a chain and a challenge are a few kilobytes.
+const MAX_BODY: usize = 1 << 20;
+/// Time allowed for one round, connection included.
+const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why a join did not produce a certificate.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JoinError {
-    /// The host refused (ACCESS_DENIED); it never says why.
+    /// The host refused (HTTP 403, ACCESS_DENIED); it never says why.
     #[error("join refused: ACCESS_DENIED")]
     Denied,
-    /// The host answered with another error.
-    #[error("the host answered {status}: {code} {message}")]
+    /// The host answered with another error status.
+    #[error("the host answered HTTP {status}: {code} {message}")]
     Host {
         /// The HTTP status.
         status: u16,
-        /// The error code.
+        /// The error code from the body, empty if the body was not an API error.
         code: String,
         /// Its message.
         message: String,
     },
-    /// The host could not be reached.
+    /// The host could not be reached, TLS failed (e.g. a server certificate not from the
+    /// pinned CA), or the exchange broke off.
     #[error("cannot reach the host: {0}")]
-    Transport(String),
+    Transport(#[source] reqwest::Error),
+    /// The response body was larger than any honest answer.
+    #[error("the host's response is larger than {MAX_BODY} bytes")]
+    TooLarge,
     /// The response did not verify: it must not be used.
     #[error("the host's response was rejected: {0}")]
     Response(#[from] ResponseError),
@@ -44,108 +55,128 @@ pub enum JoinError {
     /// The evidence producer failed.
     #[error(transparent)]
     Producer(#[from] ProducerError),
-    /// The token could not be sealed to the pinned key.
+    /// The token could not be sealed to the pinned JoinService key.
     #[error("cannot seal the token: {0}")]
     Seal(#[from] gatehouse_proto::SealError),
-    /// More challenges than an honest attestor sends.
+    /// The host challenged more often than the protocol allows.
     #[error("the host sent more than {MAX_CHALLENGES} challenges")]
     TooManyChallenges,
-    /// The TLS CA in the trust file is unusable.
-    #[error("the trust file's TLS CA is unusable: {0}")]
-    Trust(String),
+    /// The host challenged on behalf of another attestor than the one asked for.
+    #[error("the host sent a challenge of attestor {challenged}, not {asked}")]
+    OtherAttestorChallenge {
+        /// The attestor the join asked for.
+        asked: String,
+        /// The attestor the challenge names.
+        challenged: String,
+    },
+    /// The server URL or the trust file's TLS CA is unusable.
+    #[error("cannot set up the HTTPS client: {0}")]
+    Setup(String),
 }
 
-/// A successful join.
-#[derive(Debug, Clone)]
+/// A successful, verified join.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Joined {
     /// The node id the host assigned.
     pub node_id: String,
-    /// The SPIFFE ID in the certificate.
+    /// The trust domain the certificate is in.
+    pub trust_domain: String,
+    /// The SPIFFE ID in the certificate: `spiffe://<trust_domain>/node/<node_id>`.
     pub spiffe_id: String,
     /// The certificate chain, leaf first (DER).
     pub chain: Vec<Vec<u8>>,
-    /// The leaf's notAfter, ms since the epoch.
+    /// The leaf's notAfter, ms since the Unix epoch.
     pub not_after_ms: i64,
-    /// The attestor that admitted it.
+    /// The attestor that admitted the machine.
     pub attestor: String,
-    /// How many rounds it took.
+    /// How many rounds the join took.
     pub rounds: u8,
 }
 
 /// Knobs of the join loop.
 #[derive(Debug, Clone)]
 pub struct JoinOptions {
-    /// The machine's hardware claims.
-    pub claims: Claims,
-    /// Cap on a pending approval's wait (tests shorten it).
+    /// Cap on a pending approval's wait; [`MAX_RETRY_AFTER`] unless a test shortens it.
     pub max_retry_after: Duration,
 }
 
 impl Default for JoinOptions {
     fn default() -> Self {
         Self {
-            claims: Claims::default(),
             max_retry_after: MAX_RETRY_AFTER,
         }
     }
 }
 
-/// An HTTPS client of one host, trusting only the pinned TLS CA.
+/// An HTTPS client of one host that trusts only the pinned TLS CA: no system roots, no
+/// redirects, no plain HTTP.
 #[derive(Debug, Clone)]
 pub struct JoinClient {
     http: reqwest::Client,
-    base: String,
+    join_url: reqwest::Url,
 }
 
 impl JoinClient {
-    /// A client of `server` (e.g. `https://gatehouse.example:8443`) trusting `trust.tls_ca_pem`.
+    /// A client of `server` (e.g. `https://gatehouse.example:8443`) trusting only
+    /// `trust.tls_ca_pem`.
     pub fn new(server: &str, trust: &JoinTrust) -> Result<Self, JoinError> {
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            .timeout(Duration::from_secs(60));
-        let mut added = 0;
-        for cert in rustls_pemfile::certs(&mut trust.tls_ca_pem.as_bytes()) {
-            let cert = cert.map_err(|e| JoinError::Trust(e.to_string()))?;
-            builder = builder.add_root_certificate(
-                reqwest::Certificate::from_der(&cert)
-                    .map_err(|e| JoinError::Trust(e.to_string()))?,
-            );
-            added += 1;
+        let base = reqwest::Url::parse(server)
+            .map_err(|e| JoinError::Setup(format!("server URL {server}: {e}")))?;
+        if base.scheme() != "https" {
+            return Err(JoinError::Setup(format!(
+                "server URL {server} is not https"
+            )));
         }
-        if added == 0 {
-            return Err(JoinError::Trust("no certificate in tlsCaPem".into()));
+        let join_url = base
+            .join("/v1/join")
+            .map_err(|e| JoinError::Setup(format!("server URL {server}: {e}")))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(trust.tls_ca_pem.as_bytes()) {
+            let cert = cert.map_err(|e| JoinError::Setup(format!("tlsCaPem: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| JoinError::Setup(format!("tlsCaPem: {e}")))?;
         }
-        let http = builder
+        if roots.is_empty() {
+            return Err(JoinError::Setup("tlsCaPem holds no certificate".into()));
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| JoinError::Setup(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .https_only(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(ROUND_TIMEOUT)
             .build()
-            .map_err(|e| JoinError::Trust(e.to_string()))?;
-        Ok(Self {
-            http,
-            base: server.trim_end_matches('/').to_owned(),
-        })
+            .map_err(|e| JoinError::Setup(e.to_string()))?;
+        Ok(Self { http, join_url })
     }
 
-    /// Sends one round.
+    /// Sends one round and returns the (not yet verified) response.
     pub async fn send(&self, request: &JoinRequest) -> Result<JoinResponse, JoinError> {
         let resp = self
             .http
-            .post(format!("{}/v1/join", self.base))
+            .post(self.join_url.clone())
             .json(request)
             .send()
             .await
-            .map_err(|e| JoinError::Transport(e.to_string()))?;
+            .map_err(JoinError::Transport)?;
         let status = resp.status();
-        if status.is_success() {
-            return resp
-                .json()
-                .await
-                .map_err(|e| JoinError::Response(ResponseError::Malformed(e.to_string())));
+        let body = read_capped(resp).await?;
+        if status == reqwest::StatusCode::OK {
+            return serde_json::from_slice(&body)
+                .map_err(|e| ResponseError::Malformed(e.to_string()).into());
         }
-        let err: ApiError = resp.json().await.unwrap_or(ApiError {
+        let err: ApiError = serde_json::from_slice(&body).unwrap_or(ApiError {
             code: String::new(),
             message: String::new(),
         });
-        if status == reqwest::StatusCode::FORBIDDEN && err.code == gatehouse_proto::ACCESS_DENIED {
+        if status == reqwest::StatusCode::FORBIDDEN && err.code == ACCESS_DENIED {
             return Err(JoinError::Denied);
         }
         Err(JoinError::Host {
@@ -156,19 +187,55 @@ impl JoinClient {
     }
 }
 
-fn sha256(data: &[u8]) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    out.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data).as_ref());
-    out
+async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, JoinError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(JoinError::Transport)? {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(JoinError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
-/// Joins: one CSR for the whole join; pending approvals are waited out and challenges answered
-/// with the same CSR; only a verified response is returned.
+/// One round trip of the join loop: HTTPS in production, a script in the tests.
+trait Transport {
+    fn round(
+        &mut self,
+        request: &JoinRequest,
+    ) -> impl Future<Output = Result<JoinResponse, JoinError>> + Send;
+}
+
+impl Transport for &JoinClient {
+    fn round(
+        &mut self,
+        request: &JoinRequest,
+    ) -> impl Future<Output = Result<JoinResponse, JoinError>> + Send {
+        self.send(request)
+    }
+}
+
+/// Joins with `key`: one CSR for the whole join, the token (if any) sealed to the pinned
+/// JoinService key for that CSR; pending approvals are waited out and challenges answered
+/// (at most [`MAX_CHALLENGES`]) with the same CSR; only a verified admission is returned.
 pub async fn join(
     client: &JoinClient,
     trust: &JoinTrust,
     producer: &mut dyn EvidenceProducer,
     token: Option<&TokenString>,
+    claims: &Claims,
+    key: &NodeKey,
+    options: &JoinOptions,
+) -> Result<Joined, JoinError> {
+    run(client, trust, producer, token, claims, key, options).await
+}
+
+async fn run(
+    mut transport: impl Transport,
+    trust: &JoinTrust,
+    producer: &mut dyn EvidenceProducer,
+    token: Option<&TokenString>,
+    claims: &Claims,
     key: &NodeKey,
     options: &JoinOptions,
 ) -> Result<Joined, JoinError> {
@@ -176,32 +243,31 @@ pub async fn join(
     let csr_sha256 = sha256(&csr);
     let spki = key.spki_der();
     // Sealed once: the seal binds the CSR, which does not change across rounds.
-    let sealed_token = match token {
-        Some(t) => Some(seal_token(&trust.join_encryption_key, t, &csr_sha256)?),
-        None => None,
-    };
+    let sealed_token = token
+        .map(|t| seal_token(&trust.join_encryption_key, t, &csr_sha256))
+        .transpose()?;
     let mut request = JoinRequest {
         attestor: producer.attestor().to_owned(),
         role: producer.role(),
         sealed_token,
         attestation: producer.evidence(&csr)?,
         csr: csr.clone(),
-        claims: options.claims.clone(),
+        claims: claims.clone(),
         round: 1,
     };
     let mut challenges = 0;
     loop {
-        let response = client.send(&request).await?;
+        let response = transport.round(&request).await?;
         match verify_response(trust, &response, &csr_sha256, &spki)? {
             Verified::Joined {
                 node_id,
                 chain,
                 not_after_ms,
             } => {
-                let spiffe_id = format!("spiffe://{}/node/{node_id}", trust.trust_domain);
                 return Ok(Joined {
+                    spiffe_id: format!("spiffe://{}/node/{node_id}", trust.trust_domain),
                     node_id,
-                    spiffe_id,
+                    trust_domain: trust.trust_domain.clone(),
                     chain,
                     not_after_ms,
                     attestor: request.attestor,
@@ -218,9 +284,19 @@ pub async fn join(
                 if challenges > MAX_CHALLENGES {
                     return Err(JoinError::TooManyChallenges);
                 }
+                if c.attestor != request.attestor {
+                    return Err(JoinError::OtherAttestorChallenge {
+                        asked: request.attestor,
+                        challenged: c.attestor,
+                    });
+                }
                 request.attestation = producer.answer(&c, &csr)?;
             }
         }
         request.round = request.round.saturating_add(1);
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;
