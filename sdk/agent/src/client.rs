@@ -93,9 +93,11 @@ pub struct Joined {
     pub rounds: u8,
 }
 
-/// Knobs of the join loop.
+/// What a join sends besides evidence, and the knobs of its loop.
 #[derive(Debug, Clone)]
 pub struct JoinOptions {
+    /// The machine's hardware claims, sent in every round.
+    pub claims: Claims,
     /// Cap on a pending approval's wait; [`MAX_RETRY_AFTER`] unless a test shortens it.
     pub max_retry_after: Duration,
 }
@@ -103,6 +105,7 @@ pub struct JoinOptions {
 impl Default for JoinOptions {
     fn default() -> Self {
         Self {
+            claims: Claims::default(),
             max_retry_after: MAX_RETRY_AFTER,
         }
     }
@@ -223,11 +226,10 @@ pub async fn join(
     trust: &JoinTrust,
     producer: &mut dyn EvidenceProducer,
     token: Option<&TokenString>,
-    claims: &Claims,
     key: &NodeKey,
     options: &JoinOptions,
 ) -> Result<Joined, JoinError> {
-    run(client, trust, producer, token, claims, key, options).await
+    run(client, trust, producer, token, key, options).await
 }
 
 async fn run(
@@ -235,7 +237,6 @@ async fn run(
     trust: &JoinTrust,
     producer: &mut dyn EvidenceProducer,
     token: Option<&TokenString>,
-    claims: &Claims,
     key: &NodeKey,
     options: &JoinOptions,
 ) -> Result<Joined, JoinError> {
@@ -252,7 +253,7 @@ async fn run(
         sealed_token,
         attestation: producer.evidence(&csr)?,
         csr: csr.clone(),
-        claims: claims.clone(),
+        claims: options.claims.clone(),
         round: 1,
     };
     let mut challenges = 0;

@@ -113,22 +113,17 @@ async fn run(args: JoinArgs) -> Result<(), Failure> {
     ensure_no_identity(&args.out).map_err(usage)?;
     let client = JoinClient::new(&args.server, &trust).map_err(usage)?;
     let key = NodeKey::generate().map_err(|e| Failure::Join(e.into()))?;
-    let claims = Claims {
-        macs: args.macs,
-        product_uuid: args.product_uuid,
+    let options = JoinOptions {
+        claims: Claims {
+            macs: args.macs,
+            product_uuid: args.product_uuid,
+        },
+        ..JoinOptions::default()
     };
     let mut producer = TokenProducer::for_attestor(&args.attestor, args.role);
-    let joined = join(
-        &client,
-        &trust,
-        &mut producer,
-        Some(&token),
-        &claims,
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
-    .map_err(|e| Failure::Join(e.into()))?;
+    let joined = join(&client, &trust, &mut producer, Some(&token), &key, &options)
+        .await
+        .map_err(|e| Failure::Join(e.into()))?;
     let identity = write_identity(&args.out, &key, &joined)
         .context("joined, but the identity could not be written")
         .map_err(Failure::Join)?;

@@ -113,6 +113,7 @@ fn claims() -> Claims {
 
 fn fast() -> JoinOptions {
     JoinOptions {
+        claims: claims(),
         max_retry_after: Duration::from_millis(1),
     }
 }
@@ -126,7 +127,6 @@ async fn token_join(script: &mut Script<'_>, options: &JoinOptions) -> Result<Jo
         &pki.trust,
         &mut producer,
         Some(&token),
-        &claims(),
         key,
         options,
     )
@@ -162,17 +162,9 @@ async fn no_token_sends_no_sealed_token() {
     let (pki, key) = (Pki::new(), NodeKey::generate().unwrap());
     let mut script = Script::new(&pki, &key, [Reply::Join("node_a")]);
     let mut producer = Answering { challenges: vec![] };
-    let joined = run(
-        &mut script,
-        &pki.trust,
-        &mut producer,
-        None,
-        &claims(),
-        &key,
-        &fast(),
-    )
-    .await
-    .unwrap();
+    let joined = run(&mut script, &pki.trust, &mut producer, None, &key, &fast())
+        .await
+        .unwrap();
     assert_eq!(joined.attestor, "tpm");
     assert_eq!(script.seen[0].sealed_token, None);
     assert_eq!(script.seen[0].attestation[..2], *b"ev");
@@ -224,17 +216,9 @@ async fn challenges_are_answered_with_the_same_csr() {
     ];
     let mut script = Script::new(&pki, &key, replies);
     let mut producer = Answering { challenges: vec![] };
-    let joined = run(
-        &mut script,
-        &pki.trust,
-        &mut producer,
-        None,
-        &claims(),
-        &key,
-        &fast(),
-    )
-    .await
-    .unwrap();
+    let joined = run(&mut script, &pki.trust, &mut producer, None, &key, &fast())
+        .await
+        .unwrap();
     assert_eq!(joined.rounds, 4);
     assert_eq!(producer.challenges.len(), 3);
     let csr = sha256(&script.seen[0].csr);
@@ -254,17 +238,9 @@ async fn a_fourth_challenge_is_refused() {
     let (pki, key) = (Pki::new(), NodeKey::generate().unwrap());
     let mut script = Script::new(&pki, &key, (0..4).map(|_| Reply::Challenge("tpm")));
     let mut producer = Answering { challenges: vec![] };
-    let err = run(
-        &mut script,
-        &pki.trust,
-        &mut producer,
-        None,
-        &claims(),
-        &key,
-        &fast(),
-    )
-    .await
-    .unwrap_err();
+    let err = run(&mut script, &pki.trust, &mut producer, None, &key, &fast())
+        .await
+        .unwrap_err();
     assert!(matches!(err, JoinError::TooManyChallenges), "{err}");
     assert_eq!(producer.challenges.len(), 3);
 }
@@ -274,17 +250,9 @@ async fn a_challenge_for_another_attestor_is_refused() {
     let (pki, key) = (Pki::new(), NodeKey::generate().unwrap());
     let mut script = Script::new(&pki, &key, [Reply::Challenge("x509pop")]);
     let mut producer = Answering { challenges: vec![] };
-    let err = run(
-        &mut script,
-        &pki.trust,
-        &mut producer,
-        None,
-        &claims(),
-        &key,
-        &fast(),
-    )
-    .await
-    .unwrap_err();
+    let err = run(&mut script, &pki.trust, &mut producer, None, &key, &fast())
+        .await
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "the host sent a challenge of attestor x509pop, not tpm"
@@ -333,16 +301,8 @@ fn join_is_send() {
     let (pki, key) = (Pki::new(), NodeKey::generate().unwrap());
     let client = JoinClient::new("https://localhost:1", &pki.trust).unwrap();
     let mut producer = TokenProducer::new(Role::Node);
-    let (claims, options) = (claims(), fast());
-    let fut = join(
-        &client,
-        &pki.trust,
-        &mut producer,
-        None,
-        &claims,
-        &key,
-        &options,
-    );
+    let options = fast();
+    let fut = join(&client, &pki.trust, &mut producer, None, &key, &options);
     send(&fut);
 }
 
