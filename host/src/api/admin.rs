@@ -9,7 +9,8 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::store::{NewToken, TokenExpect, TokenRole};
+use crate::runtime::AttestorSummary;
+use crate::store::{AuditRow, EventRow, NewToken, NodeRow, TokenExpect, TokenRole, TokenRow};
 
 /// Checks `Authorization: Bearer <key>` against the configured key's hash in constant time.
 pub(super) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -144,14 +145,12 @@ pub(super) async fn create_token(
 pub(super) async fn list_tokens(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Vec<TokenRow>>, ApiError> {
     authorize(&state, &headers)?;
     let mut tx = state.db.begin().await?;
     let tokens = tx.list_tokens().await?;
     tx.commit().await?;
-    Ok(Json(
-        serde_json::to_value(tokens).map_err(|e| ApiError::Internal(e.to_string()))?,
-    ))
+    Ok(Json(tokens))
 }
 
 pub(super) async fn revoke_token(
@@ -173,14 +172,12 @@ pub(super) async fn revoke_token(
 pub(super) async fn list_nodes(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Vec<NodeRow>>, ApiError> {
     authorize(&state, &headers)?;
     let mut tx = state.db.begin().await?;
     let nodes = tx.list_nodes().await?;
     tx.commit().await?;
-    Ok(Json(
-        serde_json::to_value(nodes).map_err(|e| ApiError::Internal(e.to_string()))?,
-    ))
+    Ok(Json(nodes))
 }
 
 /// `GET /v1/admin/events?after=ID&limit=N`.
@@ -200,39 +197,33 @@ pub(super) async fn list_events(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(page): Query<Page>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Vec<EventRow>>, ApiError> {
     authorize(&state, &headers)?;
     let limit = page.limit.clamp(1, 1000);
     let mut tx = state.db.begin().await?;
     let events = tx.list_events(page.after, limit).await?;
     tx.commit().await?;
-    Ok(Json(
-        serde_json::to_value(events).map_err(|e| ApiError::Internal(e.to_string()))?,
-    ))
+    Ok(Json(events))
 }
 
 pub(super) async fn list_audits(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(page): Query<Page>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Vec<AuditRow>>, ApiError> {
     authorize(&state, &headers)?;
     let limit = page.limit.clamp(1, 1000);
     let mut tx = state.db.begin().await?;
     let audits = tx.list_audits(page.after, limit).await?;
     tx.commit().await?;
-    Ok(Json(
-        serde_json::to_value(audits).map_err(|e| ApiError::Internal(e.to_string()))?,
-    ))
+    Ok(Json(audits))
 }
 
 pub(super) async fn list_attestors(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Vec<AttestorSummary>>, ApiError> {
     authorize(&state, &headers)?;
     let list: Vec<_> = state.join.runtime().attestors().cloned().collect();
-    Ok(Json(
-        serde_json::to_value(list).map_err(|e| ApiError::Internal(e.to_string()))?,
-    ))
+    Ok(Json(list))
 }

@@ -78,11 +78,6 @@ impl ServerHandle {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
-
-    /// Waits until the server stops (it runs until shut down).
-    pub async fn wait(self) {
-        let _ = self.task.await;
-    }
 }
 
 /// Serves `router` over TLS on `listener`.

@@ -103,7 +103,6 @@ struct Loaded<B: TxBackend> {
 
 /// The attestors this host runs and the engine that runs them.
 pub struct Runtime<B: TxBackend> {
-    engine: Engine,
     attestors: BTreeMap<String, Loaded<B>>,
     slots: Semaphore,
     call_timeout: Duration,
@@ -140,7 +139,6 @@ impl<B: TxBackend> Runtime<B> {
         )
         .await?;
         Ok(Self {
-            engine,
             attestors: attestors
                 .into_iter()
                 .map(|l| {
@@ -183,11 +181,6 @@ impl<B: TxBackend> Runtime<B> {
     /// Whether an attestor with this id is loaded.
     pub fn contains(&self, id: &str) -> bool {
         self.attestors.contains_key(id)
-    }
-
-    /// The engine (for tests and the benchmark).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
     }
 
     /// Calls `verify` of attestor `id` in a fresh instance with `session`. The session comes
