@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use gatehouse::app::{self, Running};
 use gatehouse::config::Config;
-use gatehouse::store::{AuditRow, EventRow, NewToken, TokenExpect, TokenRole};
+use gatehouse::pki::IssueRequest;
+use gatehouse::store::{
+    AuditRow, EventRow, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole,
+};
 use gatehouse_proto::{JoinTrust, TokenString};
 use sha2::{Digest, Sha256};
 
@@ -38,6 +41,15 @@ pub struct HostOptions {
     pub database_url: Option<String>,
     /// Reuse this data dir's PKI (a second replica).
     pub share_pki_with: Option<PathBuf>,
+    /// Run in this data dir (kept after the host stops, so a restart finds its SQLite database,
+    /// PKI and admin key again) instead of a fresh temporary one.
+    pub data_dir: Option<PathBuf>,
+    /// Listen here instead of on a free port (a restart on the same address).
+    pub listen: Option<String>,
+    /// Lifetime of issued node certificates.
+    pub cert_ttl_seconds: Option<u32>,
+    /// `[attestors.<id>] config` tables, as JSON objects.
+    pub attestor_config: Vec<(String, serde_json::Value)>,
 }
 
 impl HostOptions {
@@ -48,6 +60,10 @@ impl HostOptions {
             call_timeout_ms: 250,
             database_url: None,
             share_pki_with: None,
+            data_dir: None,
+            listen: None,
+            cert_ttl_seconds: None,
+            attestor_config: vec![],
         }
     }
 }
@@ -108,7 +124,10 @@ impl TestHost {
     /// Starts a host, or says why it would not start.
     pub async fn try_start_with(opts: HostOptions) -> Result<Self, String> {
         let dir = must(tempfile::tempdir(), "tempdir");
-        let data = dir.path().join("data");
+        let data = opts
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("data"));
         std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("mkdir: {e}"));
         if let Some(other) = &opts.share_pki_with {
             for f in ["secret", "pki.json"] {
@@ -118,8 +137,17 @@ impl TestHost {
                 );
             }
         }
-        let files = must(app::dev::prepare(&data, "127.0.0.1:0"), "dev prepare");
+        let listen = opts.listen.as_deref().unwrap_or("127.0.0.1:0");
+        let files = must(app::dev::prepare(&data, listen), "dev prepare");
         let mut config = must(Config::load(&files.config), "config");
+        config.listen = listen.to_owned();
+        if let Some(ttl) = opts.cert_ttl_seconds {
+            config.join.cert_ttl_seconds = ttl;
+        }
+        for (id, table) in &opts.attestor_config {
+            let table: toml::Table = must(serde_json::from_value(table.clone()), "attestor config");
+            config.attestors.entry(id.clone()).or_default().config = Some(table);
+        }
         let (database_url, created_database): (String, Option<String>) =
             match (opts.backend, opts.database_url) {
                 (Backend::Postgres, Some(url)) => (url, None),
@@ -244,6 +272,58 @@ impl TestHost {
         );
         must(tx.commit().await, "commit");
         token
+    }
+
+    /// Issues a certificate for an existing node with any validity (for example one that
+    /// expired an hour ago) and records it as the host would: the state a node that was offline
+    /// comes back in. Returns the DER.
+    pub async fn issue_cert(
+        &self,
+        node_id: &str,
+        spki_der: &[u8],
+        role: NodeRole,
+        generation: u32,
+        not_before_ms: i64,
+        not_after_ms: i64,
+    ) -> Vec<u8> {
+        let issued = must(
+            self.running.pki.issue_node_cert(&IssueRequest {
+                node_id,
+                role: role.as_str(),
+                spki_der,
+                statements: &[],
+                not_before_ms,
+                not_after_ms,
+            }),
+            "issue",
+        );
+        let mut tx = must(self.running.db.begin().await, "begin");
+        let now = must(tx.now().await, "now");
+        must(
+            tx.insert_node_cert(&NewNodeCert {
+                serial: issued.serial_hex,
+                node_id: node_id.to_owned(),
+                der: issued.der.clone(),
+                generation,
+                role,
+                not_before: issued.not_before_ms,
+                not_after: issued.not_after_ms,
+                statements: vec![],
+                created_at: now,
+            })
+            .await,
+            "insert cert",
+        );
+        must(tx.commit().await, "commit");
+        issued.der
+    }
+
+    /// Database time.
+    pub async fn now(&self) -> i64 {
+        let mut tx = must(self.running.db.begin().await, "begin");
+        let now = must(tx.now().await, "now");
+        must(tx.commit().await, "commit");
+        now
     }
 
     pub async fn events(&self) -> Vec<EventRow> {

@@ -4,8 +4,8 @@
 
 use super::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
 use crate::runtime::bindings::transaction::{
-    Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Token, TokenExpect,
-    Workflow,
+    Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Revocation, Token,
+    TokenExpect, Workflow,
 };
 use crate::runtime::bindings::types::{JoinRole, TokenRole};
 use crate::store::{self, StoreError, Tx};
@@ -49,6 +49,15 @@ pub(crate) fn join_role(r: store::NodeRole) -> JoinRole {
         store::NodeRole::Node | store::NodeRole::NodeTenant => JoinRole::Node,
         store::NodeRole::Site => JoinRole::Site,
         store::NodeRole::Ramdisk => JoinRole::Ramdisk,
+    }
+}
+
+fn revocation(r: store::Revocation) -> Revocation {
+    match r {
+        store::Revocation::Superseded => Revocation::Superseded,
+        store::Revocation::IdentityRevoked => Revocation::IdentityRevoked,
+        store::Revocation::NodeRemoved => Revocation::NodeRemoved,
+        store::Revocation::Operator => Revocation::Operator,
     }
 }
 
@@ -103,18 +112,23 @@ impl TxBackend for Tx {
     }
 
     async fn node_cert(&mut self, der: &[u8]) -> Result<Option<NodeCert>, BackendError> {
-        Ok(Tx::node_cert_by_der(self, der)
-            .await
-            .map_err(fail)?
-            .map(|c| NodeCert {
-                node_id: c.node_id,
-                serial: c.serial,
-                generation: c.generation,
-                not_before: c.not_before,
-                not_after: c.not_after,
-                revoked: c.revoked,
-                role: c.role.as_str().to_owned(),
-            }))
+        let Some(c) = Tx::node_cert_by_der(self, der).await.map_err(fail)? else {
+            return Ok(None);
+        };
+        // The row's DER is the host's own issuance; a failure to parse it is corruption.
+        let spki = crate::pki::identity::cert_spki(&c.der)
+            .map_err(|e| BackendError(format!("node_certs {}: {e}", c.serial)))?;
+        Ok(Some(NodeCert {
+            node_id: c.node_id,
+            serial: c.serial,
+            generation: c.generation,
+            not_before: c.not_before,
+            not_after: c.not_after,
+            revoked: c.revoked.map(revocation),
+            role: c.role.as_str().to_owned(),
+            spki,
+            statements: c.statements,
+        }))
     }
 
     async fn bound_node(

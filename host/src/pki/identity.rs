@@ -160,6 +160,11 @@ pub fn node_cert_role(cert_der: &[u8]) -> Result<String, IdentityError> {
     Ok(role.to_owned())
 }
 
+/// The SubjectPublicKeyInfo (DER) of a certificate: the key its holder proves possession of.
+pub fn cert_spki(cert_der: &[u8]) -> Result<Vec<u8>, IdentityError> {
+    Ok(parse(cert_der)?.tbs_certificate.subject_pki.raw.to_vec())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

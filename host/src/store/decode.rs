@@ -115,6 +115,17 @@ impl<'r> Fields<'r> {
             .map_err(|e| self.corrupt(column, e))
     }
 
+    /// A nullable text column holding a name of a text enum.
+    pub(super) fn opt_parse<T>(&self, column: &str) -> Result<Option<T>, StoreError>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+    {
+        self.opt_text(column)?
+            .map(|v| v.parse().map_err(|e| self.corrupt(column, e)))
+            .transpose()
+    }
+
     /// A non-null text column holding JSON.
     pub(super) fn json<T: DeserializeOwned>(&self, column: &str) -> Result<T, StoreError> {
         serde_json::from_str(&self.text(column)?).map_err(|e| self.corrupt(column, e))

@@ -29,6 +29,11 @@ static SQLITE: &[Embedded] = &[Embedded {
     version: 1,
     description: "init",
     sql: include_str!("../../migrations/sqlite/0001_init.sql"),
+},
+Embedded {
+    version: 2,
+    description: "node_lifecycle",
+    sql: include_str!("../../migrations/sqlite/0002_node_lifecycle.sql"),
 }];
 
 /// The Postgres migrations, in order.
@@ -36,6 +41,11 @@ static POSTGRES: &[Embedded] = &[Embedded {
     version: 1,
     description: "init",
     sql: include_str!("../../migrations/postgres/0001_init.sql"),
+},
+Embedded {
+    version: 2,
+    description: "node_lifecycle",
+    sql: include_str!("../../migrations/postgres/0002_node_lifecycle.sql"),
 }];
 
 /// The migrations of one backend, as a source sqlx's [`Migrator`] resolves.

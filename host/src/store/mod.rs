@@ -51,6 +51,6 @@ pub use kv::KV_VALUE_MAX;
 pub use rows::{
     AuditResult, AuditRow, EventRow, InventoryRow, JoinDecision, JoinRequestRow, JoinRequestState,
     LeaseRow, NewAudit, NewEvent, NewNode, NewNodeCert, NewToken, NodeCertRow, NodeRole, NodeRow,
-    PoolRow, TokenExpect, TokenRole, TokenRow, UnknownName, UseOutcome, WorkflowRow,
+    PoolRow, Revocation, TokenExpect, TokenRole, TokenRow, UnknownName, UseOutcome, WorkflowRow,
 };
 pub use tx::Tx;

@@ -3,22 +3,22 @@
 use sha2::{Digest, Sha256};
 use sqlx::any::AnyRow;
 
-use super::decode::{Fields, json_list};
-use super::{NewNode, NewNodeCert, NodeCertRow, NodeRow, StoreError, Tx};
+use super::decode::{Fields, flag, json_list};
+use super::{NewNode, NewNodeCert, NodeCertRow, NodeRow, Revocation, StoreError, Tx};
 
 /// The columns [`node`] reads.
 macro_rules! node_columns {
     () => {
         "id, tenant_id, pool_id, site_id, role, retired, cordoned, identity_generation, \
-         hardware_key, created_at, updated_at"
+         hardware_key, created_at, updated_at, deleted_at"
     };
 }
 
 /// The columns [`cert`] reads.
 macro_rules! cert_columns {
     () => {
-        "serial, node_id, der, generation, role, not_before, not_after, revoked, statements, \
-         created_at"
+        "serial, node_id, der, generation, role, not_before, not_after, revoked_reason, \
+         statements, created_at"
     };
 }
 
@@ -36,6 +36,7 @@ fn node(row: &AnyRow) -> Result<NodeRow, StoreError> {
         hardware_key: f.opt_text("hardware_key")?,
         created_at: f.i64("created_at")?,
         updated_at: f.i64("updated_at")?,
+        deleted_at: f.opt_i64("deleted_at")?,
     })
 }
 
@@ -49,7 +50,7 @@ fn cert(row: &AnyRow) -> Result<NodeCertRow, StoreError> {
         role: f.parse("role")?,
         not_before: f.i64("not_before")?,
         not_after: f.i64("not_after")?,
-        revoked: f.bool("revoked")?,
+        revoked: f.opt_parse("revoked_reason")?,
         statements: f.json("statements")?,
         created_at: f.i64("created_at")?,
     })
@@ -81,12 +82,12 @@ impl Tx {
         row.as_ref().map(node).transpose()
     }
 
-    /// Every node, oldest first.
+    /// Every node not deleted, oldest first.
     pub async fn list_nodes(&mut self) -> Result<Vec<NodeRow>, StoreError> {
         let sql = concat!(
             "SELECT ",
             node_columns!(),
-            " FROM nodes ORDER BY created_at, id"
+            " FROM nodes WHERE deleted_at IS NULL ORDER BY created_at, id"
         );
         let rows = self.fetch_all(sqlx::query(sql)).await?;
         rows.iter().map(node).collect()
@@ -150,19 +151,136 @@ impl Tx {
         row.as_ref().map(cert).transpose()
     }
 
-    /// Revokes a node's certificates of generations below `generation`; how many it revoked.
+    /// Revokes a node's live certificates of generations below `generation` as superseded;
+    /// how many it revoked.
     pub async fn revoke_node_certs_below(
         &mut self,
         node_id: &str,
         generation: u32,
     ) -> Result<u64, StoreError> {
         let q = sqlx::query(
-            "UPDATE node_certs SET revoked = 1 \
+            "UPDATE node_certs SET revoked = 1, revoked_reason = $3 \
              WHERE node_id = $1 AND generation < $2 AND revoked = 0",
         )
         .bind(node_id)
-        .bind(i64::from(generation));
+        .bind(i64::from(generation))
+        .bind(Revocation::Superseded.as_str());
         self.execute(q).await
+    }
+
+    /// Revokes every live certificate of a node, for `why`; how many it revoked.
+    pub async fn revoke_node_certs(
+        &mut self,
+        node_id: &str,
+        why: Revocation,
+    ) -> Result<u64, StoreError> {
+        let q = sqlx::query(
+            "UPDATE node_certs SET revoked = 1, revoked_reason = $2 \
+             WHERE node_id = $1 AND revoked = 0",
+        )
+        .bind(node_id)
+        .bind(why.as_str());
+        self.execute(q).await
+    }
+
+    /// Revokes one live certificate of a node by serial (an operator's decision). False if the
+    /// node has no such live certificate.
+    pub async fn revoke_node_cert(
+        &mut self,
+        node_id: &str,
+        serial: &str,
+    ) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "UPDATE node_certs SET revoked = 1, revoked_reason = $3 \
+             WHERE node_id = $1 AND serial = $2 AND revoked = 0",
+        )
+        .bind(node_id)
+        .bind(serial)
+        .bind(Revocation::Operator.as_str());
+        Ok(self.execute(q).await? > 0)
+    }
+
+    /// A node's certificates, newest first.
+    pub async fn node_certs(&mut self, node_id: &str) -> Result<Vec<NodeCertRow>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            cert_columns!(),
+            " FROM node_certs WHERE node_id = $1 ORDER BY created_at DESC, serial"
+        );
+        let rows = self.fetch_all(sqlx::query(sql).bind(node_id)).await?;
+        rows.iter().map(cert).collect()
+    }
+
+    /// Sets or clears a node's cordon. False if there is no such node (or it is deleted).
+    pub async fn set_cordoned(
+        &mut self,
+        id: &str,
+        cordoned: bool,
+        updated_at: i64,
+    ) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "UPDATE nodes SET cordoned = $2, updated_at = $3 \
+             WHERE id = $1 AND deleted_at IS NULL",
+        )
+        .bind(id)
+        .bind(flag(cordoned))
+        .bind(updated_at);
+        Ok(self.execute(q).await? > 0)
+    }
+
+    /// Retires a node: it never joins or renews again, and its certificates are revoked.
+    /// False if there is no such node or it is retired already.
+    pub async fn retire_node(&mut self, id: &str, updated_at: i64) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "UPDATE nodes SET retired = 1, updated_at = $2 WHERE id = $1 AND retired = 0",
+        )
+        .bind(id)
+        .bind(updated_at);
+        if self.execute(q).await? == 0 {
+            return Ok(false);
+        }
+        self.revoke_node_certs(id, Revocation::NodeRemoved).await?;
+        Ok(true)
+    }
+
+    /// Deletes a node: retires it, revokes its certificates, frees its hardware bindings and
+    /// its hardware key so the machine can join again as a new node, and hides it from
+    /// listings. The row stays, since certificates and audit rows name it. False if there is no
+    /// such node or it is deleted already.
+    pub async fn delete_node(&mut self, id: &str, at: i64) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "UPDATE nodes SET retired = 1, hardware_key = NULL, deleted_at = $2, updated_at = $2 \
+             WHERE id = $1 AND deleted_at IS NULL",
+        )
+        .bind(id)
+        .bind(at);
+        if self.execute(q).await? == 0 {
+            return Ok(false);
+        }
+        self.revoke_node_certs(id, Revocation::NodeRemoved).await?;
+        let q = sqlx::query("DELETE FROM node_bindings WHERE node_id = $1").bind(id);
+        self.execute(q).await?;
+        Ok(true)
+    }
+
+    /// Revokes a node's identity: raises its identity generation and revokes every
+    /// certificate it holds, so none renews or re-joins with x509pop; the machine joins again
+    /// only through an attestor that proves it afresh (a reclaim token, its TPM). The new
+    /// generation, or `None` if there is no such live node.
+    pub async fn revoke_identity(&mut self, id: &str, at: i64) -> Result<Option<u32>, StoreError> {
+        let Some(node) = self.node(id).await? else {
+            return Ok(None);
+        };
+        if node.retired {
+            return Ok(None);
+        }
+        let generation = node.identity_generation.saturating_add(1);
+        if !self.rekey_node(id, generation, at).await? {
+            return Ok(None);
+        }
+        self.revoke_node_certs(id, Revocation::IdentityRevoked)
+            .await?;
+        Ok(Some(generation))
     }
 
     /// The node a hardware identity (`kind`, for example `tpm-ek-sha256`, and its `value`) is

@@ -99,6 +99,20 @@ text_enum! {
 }
 
 text_enum! {
+    /// Why a certificate this host issued was revoked.
+    Revocation("revocation") {
+        /// A later identity generation replaced it (a reclaim in place).
+        Superseded = "superseded",
+        /// An operator revoked the node's identity.
+        IdentityRevoked = "identity-revoked",
+        /// The node was retired or deleted.
+        NodeRemoved = "node-removed",
+        /// An operator revoked this one certificate.
+        Operator = "operator",
+    }
+}
+
+text_enum! {
     /// Where a join request for operator approval stands.
     JoinRequestState("join request state") {
         /// Waiting for an operator.
@@ -243,6 +257,8 @@ pub struct NodeRow {
     pub created_at: i64,
     /// When it last changed.
     pub updated_at: i64,
+    /// When an operator deleted it (it is then retired too), if they did.
+    pub deleted_at: Option<i64>,
 }
 
 /// A certificate this host issued, to record.
@@ -287,8 +303,8 @@ pub struct NodeCertRow {
     pub not_before: i64,
     /// End of validity.
     pub not_after: i64,
-    /// Revoked (by a reclaim, a revoke-identity or a delete).
-    pub revoked: bool,
+    /// Why it was revoked, or `None` while it is live.
+    pub revoked: Option<Revocation>,
     /// The `urn:bc:` statements it carries.
     pub statements: Vec<String>,
     /// When it was issued.

@@ -88,8 +88,8 @@ pub use outcome::refuse;
 
 pub use wit::better_compute::attestor::crypto::{CryptoError, SignatureScheme, VerifiedChain};
 pub use wit::better_compute::attestor::transaction::{
-    Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Token, TokenExpect,
-    TxError, UseError, Workflow,
+    Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Revocation, Token,
+    TokenExpect, TxError, UseError, Workflow,
 };
 pub use wit::better_compute::attestor::types::{
     Approval, AttestationResult, Binding, Challenge, Deferral, HardwareClaims, Info, JoinRequest,

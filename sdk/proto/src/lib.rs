@@ -6,14 +6,19 @@
 
 pub mod b64;
 mod join;
+mod renew;
+#[cfg(feature = "seal")]
 mod seal;
 mod token;
 mod trust;
+pub mod x509pop;
 
 pub use join::{
     Challenge, Claims, Deferral, JoinRequest, JoinResponse, JoinResponseBody, Pending,
     RESPONSE_SIGNING_CONTEXT, Role, response_signing_input,
 };
+pub use renew::RenewRequest;
+#[cfg(feature = "seal")]
 pub use seal::{SealError, TokenOpeningKey, generate_token_keypair, open_token, seal_token};
 pub use token::{TOKEN_SEAL_INFO, TokenError, TokenString};
 pub use trust::JoinTrust;
