@@ -134,6 +134,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let tls = api::tls_config(
         &read(&config.path(&config.tls.cert))?,
         &read(&config.path(&config.tls.key))?,
+        pki.node_ca_der(),
     )
     .map_err(|e| StartError::Tls(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(&config.listen)

@@ -286,12 +286,36 @@ impl TestHost {
         not_before_ms: i64,
         not_after_ms: i64,
     ) -> Vec<u8> {
+        self.issue_cert_with_statements(
+            node_id,
+            spki_der,
+            role,
+            generation,
+            not_before_ms,
+            not_after_ms,
+            &[],
+        )
+        .await
+    }
+
+    /// [`TestHost::issue_cert`] with `urn:bc:` statements after the SPIFFE ID.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn issue_cert_with_statements(
+        &self,
+        node_id: &str,
+        spki_der: &[u8],
+        role: NodeRole,
+        generation: u32,
+        not_before_ms: i64,
+        not_after_ms: i64,
+        statements: &[String],
+    ) -> Vec<u8> {
         let issued = must(
             self.running.pki.issue_node_cert(&IssueRequest {
                 node_id,
                 role: role.as_str(),
                 spki_der,
-                statements: &[],
+                statements,
                 not_before_ms,
                 not_after_ms,
             }),
@@ -308,7 +332,7 @@ impl TestHost {
                 role,
                 not_before: issued.not_before_ms,
                 not_after: issued.not_after_ms,
-                statements: vec![],
+                statements: statements.to_vec(),
                 created_at: now,
             })
             .await,

@@ -6,5 +6,6 @@
 
 mod common;
 mod join_token;
+mod renew;
 mod response;
 mod sandbox;

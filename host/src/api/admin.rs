@@ -1,16 +1,26 @@
 //! The admin API, behind a bearer key: tokens, nodes, events, attestors.
+//!
+//! Every write is one transaction, committed, that also appends the event saying what the
+//! operator did (`node.cordoned`, `node.deleted`, ...). A node action first locks the node's
+//! row ([`crate::store::Tx::lock_node`]), so what it reports (the certificates it revoked, the
+//! bindings it freed) is what it changed. An action that would change nothing (cordoning a
+//! cordoned node) answers `"changed": false` and writes no event.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
 use crate::runtime::AttestorSummary;
-use crate::store::{AuditRow, EventRow, NewToken, NodeRow, TokenExpect, TokenRole, TokenRow};
+use crate::store::{
+    AuditRow, EventRow, NewEvent, NewToken, NodeRole, NodeRow, Revocation, TokenExpect, TokenRole,
+    TokenRow, Tx,
+};
 
 /// Checks `Authorization: Bearer <key>` against the configured key's hash in constant time.
 pub(super) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -53,6 +63,14 @@ struct Expect {
     product_uuid: Option<String>,
     mac: Option<String>,
     node_id: Option<String>,
+}
+
+/// An id as this API takes them: 1 to 128 ASCII letters, digits, `-`, `_` or `.`.
+fn is_id(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 128
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 fn one() -> u32 {
@@ -98,11 +116,7 @@ pub(super) async fn create_token(
         ("expect.nodeId", req.expect.node_id.as_ref()),
     ] {
         if let Some(v) = v
-            && (v.is_empty()
-                || v.len() > 128
-                || !v
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
+            && !is_id(v)
         {
             return Err(ApiError::InvalidInput(format!("{what} is not an id")));
         }
@@ -178,6 +192,388 @@ pub(super) async fn list_nodes(
     let nodes = tx.list_nodes().await?;
     tx.commit().await?;
     Ok(Json(nodes))
+}
+
+/// A certificate as `GET /v1/admin/nodes/{id}` shows it (without its DER).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CertSummary {
+    serial: String,
+    generation: u32,
+    role: NodeRole,
+    not_before: i64,
+    not_after: i64,
+    /// Why it was revoked; `null` while it is live.
+    revoked: Option<Revocation>,
+    statements: Vec<String>,
+    created_at: i64,
+}
+
+/// A hardware identity bound to a node.
+#[derive(Debug, Serialize)]
+pub(super) struct Binding {
+    kind: String,
+    value: String,
+}
+
+/// `GET /v1/admin/nodes/{id}`: the node row (with `deletedAt` when an operator deleted it),
+/// its certificates newest first and its bindings.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NodeDetail {
+    #[serde(flatten)]
+    node: NodeRow,
+    certificates: Vec<CertSummary>,
+    bindings: Vec<Binding>,
+}
+
+/// The node id of a path, checked.
+fn path_node_id(id: &str) -> Result<(), ApiError> {
+    if is_id(id) {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidInput("the node id is not an id".into()))
+    }
+}
+
+/// The certificate serial of a path (hex, up to 20 bytes as X.509 allows), lowercased.
+fn path_serial(serial: &str) -> Result<String, ApiError> {
+    if !serial.is_empty() && serial.len() <= 40 && serial.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(serial.to_ascii_lowercase())
+    } else {
+        Err(ApiError::InvalidInput(
+            "the serial is not a certificate serial (hex)".into(),
+        ))
+    }
+}
+
+/// Locks the node an action is about; `None` if there is no such node or it is deleted (the
+/// caller rolls back and answers [`ApiError::NotFound`]).
+async fn lock_live_node(tx: &mut Tx, id: &str) -> Result<Option<NodeRow>, ApiError> {
+    Ok(tx.lock_node(id).await?.filter(|n| n.deleted_at.is_none()))
+}
+
+/// Appends the event of an operator's action on `node`.
+async fn node_event(
+    tx: &mut Tx,
+    kind: &str,
+    node: &NodeRow,
+    at: i64,
+    payload: serde_json::Value,
+) -> Result<(), ApiError> {
+    tx.insert_event(&NewEvent {
+        at,
+        kind: kind.to_owned(),
+        tenant_id: Some(node.tenant_id.clone()),
+        node_id: Some(node.id.clone()),
+        attestor: None,
+        reason: None,
+        token_id: None,
+        payload,
+    })
+    .await?;
+    Ok(())
+}
+
+/// How many of a node's certificates are live (not revoked).
+async fn live_certs(tx: &mut Tx, node_id: &str) -> Result<u64, ApiError> {
+    let certs = tx.node_certs(node_id).await?;
+    Ok(certs.iter().filter(|c| c.revoked.is_none()).count() as u64)
+}
+
+/// `GET /v1/admin/nodes/{id}`: also a deleted node, so operators see what happened to it.
+pub(super) async fn show_node(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<NodeDetail>, ApiError> {
+    authorize(&state, &headers)?;
+    path_node_id(&id)?;
+    let mut tx = state.db.begin().await?;
+    let Some(node) = tx.node(&id).await? else {
+        tx.rollback().await?;
+        return Err(ApiError::NotFound);
+    };
+    let certificates = tx
+        .node_certs(&id)
+        .await?
+        .into_iter()
+        .map(|c| CertSummary {
+            serial: c.serial,
+            generation: c.generation,
+            role: c.role,
+            not_before: c.not_before,
+            not_after: c.not_after,
+            revoked: c.revoked,
+            statements: c.statements,
+            created_at: c.created_at,
+        })
+        .collect();
+    let bindings = tx
+        .node_bindings(&id)
+        .await?
+        .into_iter()
+        .map(|(kind, value)| Binding { kind, value })
+        .collect();
+    tx.commit().await?;
+    Ok(Json(NodeDetail {
+        node,
+        certificates,
+        bindings,
+    }))
+}
+
+/// `POST /v1/admin/nodes/{id}/cordon`.
+pub(super) async fn cordon_node(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    set_cordon(&state, &headers, &id, true).await
+}
+
+/// `POST /v1/admin/nodes/{id}/uncordon`.
+pub(super) async fn uncordon_node(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    set_cordon(&state, &headers, &id, false).await
+}
+
+async fn set_cordon(
+    state: &AppState,
+    headers: &HeaderMap,
+    id: &str,
+    cordoned: bool,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    authorize(state, headers)?;
+    path_node_id(id)?;
+    let mut tx = state.db.begin().await?;
+    let Some(node) = lock_live_node(&mut tx, id).await? else {
+        tx.rollback().await?;
+        return Err(ApiError::NotFound);
+    };
+    let changed = node.cordoned != cordoned;
+    if changed {
+        let at = tx.now().await?;
+        if !tx.set_cordoned(id, cordoned, at).await? {
+            return Err(ApiError::NotFound);
+        }
+        let kind = if cordoned {
+            "node.cordoned"
+        } else {
+            "node.uncordoned"
+        };
+        node_event(&mut tx, kind, &node, at, json!({ "cordoned": cordoned })).await?;
+    }
+    tx.commit().await?;
+    if changed {
+        tracing::info!(node_id = %id, cordoned, "node cordon changed");
+    }
+    Ok(Json(
+        json!({ "id": id, "cordoned": cordoned, "changed": changed }),
+    ))
+}
+
+/// `POST /v1/admin/nodes/{id}/retire`: the node never joins or renews again; its
+/// certificates are revoked (`node-removed`). It stays listed.
+pub(super) async fn retire_node(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    authorize(&state, &headers)?;
+    path_node_id(&id)?;
+    let mut tx = state.db.begin().await?;
+    let Some(node) = lock_live_node(&mut tx, &id).await? else {
+        tx.rollback().await?;
+        return Err(ApiError::NotFound);
+    };
+    let mut revoked = 0;
+    let changed = !node.retired;
+    if changed {
+        revoked = live_certs(&mut tx, &id).await?;
+        let at = tx.now().await?;
+        if !tx.retire_node(&id, at).await? {
+            return Err(ApiError::NotFound);
+        }
+        node_event(
+            &mut tx,
+            "node.retired",
+            &node,
+            at,
+            json!({ "certificatesRevoked": revoked }),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    if changed {
+        tracing::info!(node_id = %id, certificates_revoked = revoked, "node retired");
+    }
+    Ok(Json(json!({
+        "id": id,
+        "retired": true,
+        "changed": changed,
+        "certificatesRevoked": revoked,
+    })))
+}
+
+/// `DELETE /v1/admin/nodes/{id}`: retires the node, revokes its certificates, frees its
+/// bindings and hardware key (so the machine can join again as a new node) and hides it from
+/// the list. `GET /v1/admin/nodes/{id}` still shows it, with `deletedAt`.
+pub(super) async fn delete_node(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    authorize(&state, &headers)?;
+    path_node_id(&id)?;
+    let mut tx = state.db.begin().await?;
+    let Some(node) = lock_live_node(&mut tx, &id).await? else {
+        tx.rollback().await?;
+        return Err(ApiError::NotFound);
+    };
+    let revoked = live_certs(&mut tx, &id).await?;
+    let bindings: Vec<_> = tx
+        .node_bindings(&id)
+        .await?
+        .into_iter()
+        .map(|(kind, value)| Binding { kind, value })
+        .collect();
+    let at = tx.now().await?;
+    if !tx.delete_node(&id, at).await? {
+        return Err(ApiError::NotFound);
+    }
+    let hardware_key_freed = node.hardware_key.is_some();
+    node_event(
+        &mut tx,
+        "node.deleted",
+        &node,
+        at,
+        json!({
+            "certificatesRevoked": revoked,
+            "bindingsFreed": bindings,
+            "hardwareKeyFreed": hardware_key_freed,
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(
+        node_id = %id,
+        certificates_revoked = revoked,
+        bindings_freed = bindings.len(),
+        "node deleted"
+    );
+    Ok(Json(json!({
+        "id": id,
+        "deletedAt": at,
+        "certificatesRevoked": revoked,
+        "bindingsFreed": bindings,
+        "hardwareKeyFreed": hardware_key_freed,
+    })))
+}
+
+/// `POST /v1/admin/nodes/{id}/revoke-identity`: raises the node's identity generation and
+/// revokes every certificate it holds (`identity-revoked`); the machine joins again only with
+/// a token that re-keys it (`expect.nodeId`, or `reclaim`) or an attestor that proves it
+/// afresh. Answers the new generation.
+pub(super) async fn revoke_node_identity(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    authorize(&state, &headers)?;
+    path_node_id(&id)?;
+    let mut tx = state.db.begin().await?;
+    let Some(node) = lock_live_node(&mut tx, &id).await? else {
+        tx.rollback().await?;
+        return Err(ApiError::NotFound);
+    };
+    if node.retired {
+        tx.rollback().await?;
+        return Err(ApiError::InvalidInput(
+            "the node is retired: it has no identity left to revoke".into(),
+        ));
+    }
+    let revoked = live_certs(&mut tx, &id).await?;
+    let at = tx.now().await?;
+    let Some(generation) = tx.revoke_identity(&id, at).await? else {
+        return Err(ApiError::NotFound);
+    };
+    let previous = node.identity_generation;
+    node_event(
+        &mut tx,
+        "node.identity-revoked",
+        &node,
+        at,
+        json!({
+            "previousGeneration": previous,
+            "generation": generation,
+            "certificatesRevoked": revoked,
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(node_id = %id, generation, certificates_revoked = revoked, "node identity revoked");
+    Ok(Json(json!({
+        "id": id,
+        "previousGeneration": previous,
+        "generation": generation,
+        "certificatesRevoked": revoked,
+    })))
+}
+
+/// `POST /v1/admin/nodes/{id}/certs/{serial}/revoke`: revokes one certificate of the node
+/// (`operator`). [`ApiError::NotFound`] if the node has no certificate of that serial.
+pub(super) async fn revoke_node_cert(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((id, serial)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    authorize(&state, &headers)?;
+    path_node_id(&id)?;
+    let serial = path_serial(&serial)?;
+    let mut tx = state.db.begin().await?;
+    let Some(node) = lock_live_node(&mut tx, &id).await? else {
+        tx.rollback().await?;
+        return Err(ApiError::NotFound);
+    };
+    let Some(cert) = tx
+        .node_certs(&id)
+        .await?
+        .into_iter()
+        .find(|c| c.serial == serial)
+    else {
+        tx.rollback().await?;
+        return Err(ApiError::NotFound);
+    };
+    let changed = cert.revoked.is_none();
+    let reason = cert.revoked.unwrap_or(Revocation::Operator);
+    if changed {
+        let at = tx.now().await?;
+        if !tx.revoke_node_cert(&id, &serial).await? {
+            return Err(ApiError::NotFound);
+        }
+        node_event(
+            &mut tx,
+            "node.cert-revoked",
+            &node,
+            at,
+            json!({ "serial": serial, "generation": cert.generation }),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    if changed {
+        tracing::info!(node_id = %id, %serial, "node certificate revoked");
+    }
+    Ok(Json(json!({
+        "id": id,
+        "serial": serial,
+        "revoked": reason,
+        "changed": changed,
+    })))
 }
 
 /// `GET /v1/admin/events?after=ID&limit=N`.

@@ -10,9 +10,12 @@ use gatehouse_proto::ApiError as Body;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApiError {
-    /// A join (or later a renewal) was refused; the reason is in the event and audit only.
+    /// A join was refused; the reason is in the event and audit only.
     #[error("access denied")]
     AccessDenied,
+    /// A renewal was refused; the reason is in the event and audit only.
+    #[error("renew refused")]
+    RenewDenied,
     /// The request is malformed.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -34,6 +37,11 @@ impl ApiError {
                 StatusCode::FORBIDDEN,
                 gatehouse_proto::ACCESS_DENIED,
                 "Join refused".into(),
+            ),
+            ApiError::RenewDenied => (
+                StatusCode::FORBIDDEN,
+                gatehouse_proto::ACCESS_DENIED,
+                "Renew refused".into(),
             ),
             ApiError::InvalidInput(m) => (StatusCode::BAD_REQUEST, "INVALID_INPUT", m.clone()),
             ApiError::Unauthenticated => (
@@ -84,6 +92,11 @@ mod tests {
         assert_eq!(
             (status, code, message.as_str()),
             (StatusCode::FORBIDDEN, "ACCESS_DENIED", "Join refused")
+        );
+        let (status, code, message) = ApiError::RenewDenied.parts();
+        assert_eq!(
+            (status, code, message.as_str()),
+            (StatusCode::FORBIDDEN, "ACCESS_DENIED", "Renew refused")
         );
         let (_, _, message) = ApiError::Internal("db password wrong".into()).parts();
         assert!(!message.contains("password"));

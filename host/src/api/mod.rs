@@ -1,8 +1,11 @@
-//! The HTTPS API: `POST /v1/join` and the admin routes, served by axum over rustls.
+//! The HTTPS API: `POST /v1/join`, `POST /v1/renew` (mTLS) and the admin routes, served by
+//! axum over rustls.
 
 mod admin;
 mod error;
 mod join;
+mod mtls;
+mod renew;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,18 +48,37 @@ pub struct AppState {
 pub struct Peer {
     /// The remote address.
     pub addr: SocketAddr,
+    /// The leaf certificate (DER) the client presented and proved it holds the key of, if
+    /// any. Nothing else about it is checked yet (see [`mtls`]).
+    pub client_cert: Option<Arc<Vec<u8>>>,
 }
 
 /// The routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/join", post(join::join))
+        .route("/v1/renew", post(renew::renew))
         .route(
             "/v1/admin/tokens",
             post(admin::create_token).get(admin::list_tokens),
         )
         .route("/v1/admin/tokens/{id}/revoke", post(admin::revoke_token))
         .route("/v1/admin/nodes", get(admin::list_nodes))
+        .route(
+            "/v1/admin/nodes/{id}",
+            get(admin::show_node).delete(admin::delete_node),
+        )
+        .route("/v1/admin/nodes/{id}/cordon", post(admin::cordon_node))
+        .route("/v1/admin/nodes/{id}/uncordon", post(admin::uncordon_node))
+        .route("/v1/admin/nodes/{id}/retire", post(admin::retire_node))
+        .route(
+            "/v1/admin/nodes/{id}/revoke-identity",
+            post(admin::revoke_node_identity),
+        )
+        .route(
+            "/v1/admin/nodes/{id}/certs/{serial}/revoke",
+            post(admin::revoke_node_cert),
+        )
         .route("/v1/admin/events", get(admin::list_events))
         .route("/v1/admin/audits", get(admin::list_audits))
         .route("/v1/admin/attestors", get(admin::list_attestors))
@@ -115,7 +137,13 @@ pub fn serve(
                     }
                     Err(_) => return,
                 };
-                let peer = Peer { addr: peer_addr };
+                let client_cert = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .map(|leaf| Arc::new(leaf.to_vec()));
+                let peer = Peer { addr: peer_addr, client_cert };
                 let service = router.map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(peer.clone());
                     req
@@ -143,19 +171,27 @@ pub fn serve(
     Ok(ServerHandle { addr, stop, task })
 }
 
-/// A rustls server configuration from PEM files' contents.
-pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, ApiError> {
+/// A rustls server configuration from PEM files' contents. Clients may present a node
+/// certificate (issued under `node_ca_der`) for renewal; none is required.
+pub fn tls_config(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    node_ca_der: &[u8],
+) -> Result<Arc<rustls::ServerConfig>, ApiError> {
     let certs = rustls_pemfile::certs(&mut &cert_pem[..])
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ApiError::InvalidInput(format!("TLS certificate: {e}")))?;
     let key = rustls_pemfile::private_key(&mut &key_pem[..])
         .map_err(|e| ApiError::InvalidInput(format!("TLS key: {e}")))?
         .ok_or_else(|| ApiError::InvalidInput("TLS key file holds no private key".into()))?;
+    let (_, node_ca) = x509_parser::parse_x509_certificate(node_ca_der)
+        .map_err(|e| ApiError::InvalidInput(format!("node CA: {e}")))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = mtls::NodeCertProof::new(node_ca.subject().as_raw().to_vec(), &provider);
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| ApiError::InvalidInput(format!("TLS: {e}")))?
-        .with_no_client_auth()
+        .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
         .map_err(|e| ApiError::InvalidInput(format!("TLS certificate and key: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

@@ -9,6 +9,7 @@
 
 pub mod policy;
 mod record;
+mod renew;
 
 use std::sync::Arc;
 
@@ -265,14 +266,12 @@ impl JoinService {
         round.node_key = result.node_key;
         round.token_id = result.token_id.clone().or(round.token_id.take());
         let now = tx.now().await.map_err(|e| unavailable("now", e))?;
-        let node = match &result.node_id {
-            Some(id) => tx
-                .node(id)
-                .await
-                .map_err(|e| unavailable("node", e))?
-                .map(crate::imports::wit_node),
+        let stored = match &result.node_id {
+            Some(id) => tx.node(id).await.map_err(|e| unavailable("node", e))?,
             None => None,
         };
+        let existing_role = stored.as_ref().map(|n| n.role);
+        let node = stored.map(crate::imports::wit_node);
         let facts = policy::Facts {
             result: &result,
             effects: &effects,
@@ -320,9 +319,14 @@ impl JoinService {
             (Some(id), Some(existing)) => {
                 // Re-key in place: a new identity generation; every older certificate revoked.
                 let generation = existing.identity_generation + 1;
-                tx.rekey_node(id, generation, now)
+                let moved = tx
+                    .rekey_node(id, generation, now)
                     .await
                     .map_err(|e| unavailable("rekey", e))?;
+                if !moved {
+                    // Another reclaim of this node committed first; the agent may retry.
+                    return Err(unavailable("rekey", "a concurrent reclaim moved the node"));
+                }
                 tx.revoke_node_certs_below(id, generation)
                     .await
                     .map_err(|e| unavailable("revoke", e))?;
@@ -361,52 +365,24 @@ impl JoinService {
             }
         }
 
-        let mut ttl = self.settings.cert_ttl_seconds;
-        if request.role == Role::Ramdisk {
-            ttl = ttl.min(RAMDISK_MAX_TTL_SECONDS);
-        }
-        if let Some(shorter) = result.cert_ttl_seconds {
-            ttl = ttl.min(shorter.max(60));
-        }
-        // Back-date a minute for clock skew between the database and relying parties.
-        let not_before = now - 60_000;
-        let not_after = now + i64::from(ttl) * 1000;
-        let issued = self
-            .pki
-            .issue_node_cert(&IssueRequest {
-                node_id: &node_id,
-                role: request.role.as_str(),
-                spki_der: &csr.spki_der,
-                statements: &[],
-                not_before_ms: not_before,
-                not_after_ms: not_after,
-            })
-            .map_err(|e| unavailable("issue", e))?;
-        tx.insert_node_cert(&NewNodeCert {
-            serial: issued.serial_hex.clone(),
-            node_id: node_id.clone(),
-            der: issued.der.clone(),
-            generation,
-            role: node_role(request.role),
-            not_before: issued.not_before_ms,
-            not_after: issued.not_after_ms,
-            statements: vec![],
-            created_at: now,
-        })
-        .await
-        .map_err(|e| unavailable("insert cert", e))?;
-
-        let body = JoinResponseBody {
-            v: 1,
-            csr_sha256: hex::encode(csr.sha256),
-            node_id: node_id.clone(),
-            chain: vec![issued.der, self.pki.node_ca_der().to_vec()],
-            deferral: None,
-        };
+        let role = issued_role(
+            request.role,
+            existing_role.filter(|_| placement.node_id.is_some()),
+        );
         let response = self
-            .pki
-            .sign_response(&body)
-            .map_err(|e| unavailable("sign", e))?;
+            .issue(
+                &mut tx,
+                &Issue {
+                    node_id: &node_id,
+                    role,
+                    generation,
+                    statements: &[],
+                    shorter_ttl_seconds: result.cert_ttl_seconds,
+                    now,
+                },
+                csr,
+            )
+            .await?;
         let decision = Decision::admitted();
         record::write(&mut tx, round, &decision)
             .await
@@ -414,6 +390,60 @@ impl JoinService {
         tx.commit().await.map_err(|e| unavailable("commit", e))?;
         record::log(round, &decision);
         Ok(response)
+    }
+
+    /// Issues a certificate for the CSR's key, records its `node_certs` row in `tx`, and signs
+    /// the answer (which the caller returns only after committing `tx`).
+    async fn issue(
+        &self,
+        tx: &mut Tx,
+        cert: &Issue<'_>,
+        csr: &VerifiedCsr,
+    ) -> Result<JoinResponse, JoinError> {
+        let mut ttl = self.settings.cert_ttl_seconds;
+        if cert.role == NodeRole::Ramdisk {
+            ttl = ttl.min(RAMDISK_MAX_TTL_SECONDS);
+        }
+        if let Some(shorter) = cert.shorter_ttl_seconds {
+            ttl = ttl.min(shorter.max(60));
+        }
+        // Back-date a minute for clock skew between the database and relying parties.
+        let not_before = cert.now - 60_000;
+        let not_after = cert.now + i64::from(ttl) * 1000;
+        let issued = self
+            .pki
+            .issue_node_cert(&IssueRequest {
+                node_id: cert.node_id,
+                role: cert.role.as_str(),
+                spki_der: &csr.spki_der,
+                statements: cert.statements,
+                not_before_ms: not_before,
+                not_after_ms: not_after,
+            })
+            .map_err(|e| unavailable("issue", e))?;
+        tx.insert_node_cert(&NewNodeCert {
+            serial: issued.serial_hex.clone(),
+            node_id: cert.node_id.to_owned(),
+            der: issued.der.clone(),
+            generation: cert.generation,
+            role: cert.role,
+            not_before: issued.not_before_ms,
+            not_after: issued.not_after_ms,
+            statements: cert.statements.to_vec(),
+            created_at: cert.now,
+        })
+        .await
+        .map_err(|e| unavailable("insert cert", e))?;
+        let body = JoinResponseBody {
+            v: 1,
+            csr_sha256: hex::encode(csr.sha256),
+            node_id: cert.node_id.to_owned(),
+            chain: vec![issued.der, self.pki.node_ca_der().to_vec()],
+            deferral: None,
+        };
+        self.pki
+            .sign_response(&body)
+            .map_err(|e| unavailable("sign", e))
     }
 
     /// Records a refusal in a transaction of its own (the round's was rolled back) and returns
@@ -477,6 +507,28 @@ pub(crate) fn new_id(prefix: &str) -> String {
     id.push_str(prefix);
     id.extend(bytes.iter().map(|b| ALPHABET[usize::from(b & 31)] as char));
     id
+}
+
+/// A certificate to issue.
+struct Issue<'a> {
+    node_id: &'a str,
+    role: NodeRole,
+    generation: u32,
+    /// `urn:bc:` statements after the SPIFFE ID.
+    statements: &'a [String],
+    /// A lifetime shorter than the role's default, if the attestor asked for one.
+    shorter_ttl_seconds: Option<u32>,
+    /// Database time.
+    now: i64,
+}
+
+/// The role a join's certificate carries: the requested one, except that a lessee's
+/// node-tenant node re-joining as `node` keeps its restriction.
+fn issued_role(requested: Role, existing: Option<NodeRole>) -> NodeRole {
+    match (requested, existing) {
+        (Role::Node, Some(NodeRole::NodeTenant)) => NodeRole::NodeTenant,
+        (role, _) => node_role(role),
+    }
 }
 
 /// Re-exported for the audit of TPM-held keys.

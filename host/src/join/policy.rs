@@ -13,7 +13,7 @@ use gatehouse_proto::{Claims, Role};
 
 use crate::imports::Effects;
 use crate::runtime::bindings::transaction::{Node, Token};
-use crate::runtime::bindings::types::{AttestationResult, TokenRole};
+use crate::runtime::bindings::types::{AttestationResult, JoinRole, TokenRole};
 
 /// Why JoinService overrode an admission. Each becomes the refusal reason in the event and the
 /// audit row.
@@ -33,7 +33,8 @@ pub enum PolicyRefusal {
     /// The token expired (database time).
     #[error("expired")]
     Expired,
-    /// The token's role does not admit the requested role.
+    /// The token's role does not admit the requested role, or the node to re-key has
+    /// another role.
     #[error("wrong-role")]
     WrongRole,
     /// The machine's product UUID is not the token's `expect.productUuid`.
@@ -148,6 +149,10 @@ pub fn check(f: &Facts<'_>) -> Result<Placement, PolicyRefusal> {
         if node.retired {
             return Err(PolicyRefusal::Retired);
         }
+        if node.role != join_role(f.role) {
+            // A node keeps its role for life: a site never re-joins as a node, nor the reverse.
+            return Err(PolicyRefusal::WrongRole);
+        }
         if let Some(token) = token {
             let expected = token.expect.node_id.as_deref() == Some(node.id.as_str());
             if !token.reclaim && !expected {
@@ -201,6 +206,14 @@ fn spent_token<'a>(f: &Facts<'a>) -> Result<Option<&'a Token>, PolicyRefusal> {
             .map(Some)
             .ok_or(PolicyRefusal::TokenAccounting),
         (Some(_), _) => Err(PolicyRefusal::TokenAccounting),
+    }
+}
+
+fn join_role(role: Role) -> JoinRole {
+    match role {
+        Role::Node => JoinRole::Node,
+        Role::Site => JoinRole::Site,
+        Role::Ramdisk => JoinRole::Ramdisk,
     }
 }
 
@@ -484,8 +497,15 @@ mod tests {
         let mut retired = node("root");
         retired.retired = true;
         assert_eq!(
-            run(&r, &effects(t), &c, Some(&retired)),
+            run(&r, &effects(t.clone()), &c, Some(&retired)),
             Err(PolicyRefusal::Retired)
+        );
+        // `run` asks for `node`: a site is never re-keyed as one.
+        let mut site = node("root");
+        site.role = JoinRole::Site;
+        assert_eq!(
+            run(&r, &effects(t), &c, Some(&site)),
+            Err(PolicyRefusal::WrongRole)
         );
     }
 

@@ -1,4 +1,7 @@
-//! What every join round leaves behind: one audit row, one event and one log line.
+//! What every join round and every renewal leaves behind: one audit row, one event and one
+//! log line.
+//!
+//! A renewal runs no attestor; its audit rows name the pseudo-attestor [`RENEW`] and round 0.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,8 +16,19 @@ pub struct ClientInfo {
     pub addr: Option<SocketAddr>,
 }
 
+/// The `attestor` of a renewal's audit row.
+pub(super) const RENEW: &str = "renew";
+
+/// Which operation a [`Round`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Op {
+    Join,
+    Renew,
+}
+
 /// What is known about a round as it goes.
 pub(super) struct Round {
+    pub op: Op,
     pub attestor: String,
     pub round: u8,
     pub client: ClientInfo,
@@ -30,6 +44,7 @@ pub(super) struct Round {
 impl Round {
     pub(super) fn new(attestor: String, round: u8, client: ClientInfo) -> Self {
         Self {
+            op: Op::Join,
             attestor,
             round,
             client,
@@ -40,6 +55,14 @@ impl Round {
             subject: None,
             node_key: NodeKeyAttestation::Unattested,
             elapsed: Duration::ZERO,
+        }
+    }
+
+    /// A renewal (round 0 of the pseudo-attestor [`RENEW`]).
+    pub(super) fn renewal(client: ClientInfo) -> Self {
+        Self {
+            op: Op::Renew,
+            ..Self::new(RENEW.to_owned(), 0, client)
         }
     }
 }
@@ -82,11 +105,14 @@ impl Decision {
         self
     }
 
-    fn event_kind(&self) -> &'static str {
-        match self.result {
-            AuditResult::Admitted => "node.joined",
-            AuditResult::Deferred => "join.deferred",
-            AuditResult::Refused => "security.join.refused",
+    fn event_kind(&self, op: Op) -> &'static str {
+        match (op, self.result) {
+            (Op::Join, AuditResult::Admitted) => "node.joined",
+            (Op::Join, AuditResult::Deferred) => "join.deferred",
+            (Op::Join, AuditResult::Refused) => "security.join.refused",
+            (Op::Renew, AuditResult::Refused) => "security.renew.refused",
+            // A renewal is never deferred.
+            (Op::Renew, _) => "node.renewed",
         }
     }
 }
@@ -125,7 +151,7 @@ pub(super) async fn write(
     .await?;
     tx.insert_event(&NewEvent {
         at,
-        kind: decision.event_kind().to_owned(),
+        kind: decision.event_kind(round.op).to_owned(),
         tenant_id: round.tenant_id.clone(),
         node_id: round.node_id.clone(),
         attestor: Some(round.attestor.clone()),
@@ -149,7 +175,11 @@ pub(super) fn log(round: &Round, decision: &Decision) {
             token_id = round.token_id.as_deref().unwrap_or(""),
             node_id = round.node_id.as_deref().unwrap_or(""),
             client = client.as_deref().unwrap_or(""),
-            "join refused"
+            "{}",
+            match round.op {
+                Op::Join => "join refused",
+                Op::Renew => "renew refused",
+            }
         ),
         result => tracing::info!(
             attestor = %round.attestor,
@@ -158,7 +188,11 @@ pub(super) fn log(round: &Round, decision: &Decision) {
             node_id = round.node_id.as_deref().unwrap_or(""),
             token_id = round.token_id.as_deref().unwrap_or(""),
             call_us = round.elapsed.as_micros() as u64,
-            "join round"
+            "{}",
+            match round.op {
+                Op::Join => "join round",
+                Op::Renew => "renewed",
+            }
         ),
     }
 }

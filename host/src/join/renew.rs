@@ -1,0 +1,267 @@
+//! Renewal: a node with a live certificate gets the next one over mTLS.
+//!
+//! The TLS handshake proved the client holds the presented leaf's key (see `api::mtls`). The
+//! leaf must be byte for byte a `node_certs` row of the node's current identity generation,
+//! live (neither revoked nor expired: an expired certificate re-joins with x509pop instead),
+//! of a node that is not retired. The new certificate keeps the node id, the role and the
+//! `urn:bc:` statements of that row, which is the leaf itself, never anything from the CSR:
+//! a CSR that asks for no SAN still gets the statements back and cannot remove them.
+
+use gatehouse_proto::{JoinResponse, RenewRequest};
+
+use super::record::{self, Decision, Round};
+use super::{Issue, JoinError, JoinService, unavailable};
+use crate::pki::verify_csr;
+use crate::store::{NodeCertRow, NodeRow, Revocation, Tx};
+
+/// The statement prefix of a TPM-held key (issue 5 brings its proof).
+const TPM_AK_STATEMENT: &str = "urn:bc:tpm-ak:";
+
+/// Why a renewal was refused: the reason in `security.renew.refused` and the audit row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenewRefusal {
+    /// The connection carried no client certificate.
+    #[error("no-client-certificate")]
+    NoClientCertificate,
+    /// The CSR does not parse or verify.
+    #[error("bad-csr")]
+    BadCsr,
+    /// The presented leaf is not a certificate this host issued.
+    #[error("unknown-certificate")]
+    UnknownCertificate,
+    /// Its node does not exist.
+    #[error("unknown-node")]
+    UnknownNode,
+    /// Its node is retired (or deleted).
+    #[error("retired")]
+    Retired,
+    /// An operator revoked the node's identity after the certificate was issued.
+    #[error("identity-revoked")]
+    IdentityRevoked,
+    /// A reclaim moved the node to a later identity generation.
+    #[error("old-generation")]
+    OldGeneration,
+    /// The certificate was revoked (on its own, by an operator).
+    #[error("revoked")]
+    Revoked,
+    /// The certificate expired (database time): the node re-joins with x509pop.
+    #[error("expired")]
+    Expired,
+    /// The certificate is not valid yet.
+    #[error("not-yet-valid")]
+    NotYetValid,
+    /// The leaf names a TPM attestation key; renewing it needs a TPM key attestation this host
+    /// does not verify yet, and there is no downgrade to an unattested key.
+    #[error("key-attestation-required")]
+    KeyAttestationRequired,
+}
+
+/// Whether `cert` (the row the presented leaf matched) may renew at `now`.
+pub fn check(cert: &NodeCertRow, node: Option<&NodeRow>, now: i64) -> Result<(), RenewRefusal> {
+    let node = node.ok_or(RenewRefusal::UnknownNode)?;
+    if node.retired {
+        return Err(RenewRefusal::Retired);
+    }
+    match cert.revoked {
+        Some(Revocation::IdentityRevoked) => return Err(RenewRefusal::IdentityRevoked),
+        Some(Revocation::Superseded) => return Err(RenewRefusal::OldGeneration),
+        _ if cert.generation != node.identity_generation => {
+            return Err(RenewRefusal::OldGeneration);
+        }
+        Some(_) => return Err(RenewRefusal::Revoked),
+        None => {}
+    }
+    if now >= cert.not_after {
+        return Err(RenewRefusal::Expired);
+    }
+    if now < cert.not_before {
+        return Err(RenewRefusal::NotYetValid);
+    }
+    if cert
+        .statements
+        .iter()
+        .any(|s| s.starts_with(TPM_AK_STATEMENT))
+    {
+        return Err(RenewRefusal::KeyAttestationRequired);
+    }
+    Ok(())
+}
+
+impl JoinService {
+    /// Renews the certificate `leaf` (the DER the client presented and proved the key of).
+    pub async fn renew(
+        &self,
+        leaf: Option<&[u8]>,
+        request: RenewRequest,
+        client: &record::ClientInfo,
+    ) -> Result<JoinResponse, JoinError> {
+        let mut round = Round::renewal(client.clone());
+        let Some(leaf) = leaf else {
+            return Err(self
+                .refuse(&mut round, refused(RenewRefusal::NoClientCertificate))
+                .await);
+        };
+        let csr = match verify_csr(&request.csr) {
+            Ok(csr) => csr,
+            Err(e) => {
+                let decision = refused(RenewRefusal::BadCsr).detail(e.to_string());
+                return Err(self.refuse(&mut round, decision).await);
+            }
+        };
+        round.csr_sha256 = Some(csr.sha256);
+
+        let mut tx = self.db.begin().await.map_err(|e| unavailable("begin", e))?;
+        let (cert, node, now) = match lookup(&mut tx, leaf).await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                drop(tx);
+                return Err(self
+                    .refuse(&mut round, refused(RenewRefusal::UnknownCertificate))
+                    .await);
+            }
+            Err(e) => return Err(e),
+        };
+        round.node_id = Some(cert.node_id.clone());
+        round.tenant_id = node.as_ref().map(|n| n.tenant_id.clone());
+        round.subject = Some(format!("cert:{}", cert.serial));
+        if let Err(refusal) = check(&cert, node.as_ref(), now) {
+            drop(tx);
+            return Err(self.refuse(&mut round, refused(refusal)).await);
+        }
+
+        let response = self
+            .issue(
+                &mut tx,
+                &Issue {
+                    node_id: &cert.node_id,
+                    role: cert.role,
+                    generation: cert.generation,
+                    statements: &cert.statements,
+                    shorter_ttl_seconds: None,
+                    now,
+                },
+                &csr,
+            )
+            .await?;
+        let decision = Decision::admitted();
+        record::write(&mut tx, &round, &decision)
+            .await
+            .map_err(|e| unavailable("record", e))?;
+        tx.commit().await.map_err(|e| unavailable("commit", e))?;
+        record::log(&round, &decision);
+        Ok(response)
+    }
+}
+
+fn refused(r: RenewRefusal) -> Decision {
+    Decision::refused(&r.to_string())
+}
+
+/// The row the leaf matches, its node, and database time.
+async fn lookup(
+    tx: &mut Tx,
+    leaf: &[u8],
+) -> Result<Option<(NodeCertRow, Option<NodeRow>, i64)>, JoinError> {
+    let Some(cert) = tx
+        .node_cert_by_der(leaf)
+        .await
+        .map_err(|e| unavailable("node_cert", e))?
+    else {
+        return Ok(None);
+    };
+    let node = tx
+        .node(&cert.node_id)
+        .await
+        .map_err(|e| unavailable("node", e))?;
+    let now = tx.now().await.map_err(|e| unavailable("now", e))?;
+    Ok(Some((cert, node, now)))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::store::NodeRole;
+
+    fn node() -> NodeRow {
+        NodeRow {
+            id: "node_a".into(),
+            tenant_id: "root".into(),
+            pool_id: None,
+            site_id: None,
+            role: NodeRole::Node,
+            retired: false,
+            cordoned: false,
+            identity_generation: 2,
+            hardware_key: None,
+            created_at: 0,
+            updated_at: 0,
+            deleted_at: None,
+        }
+    }
+
+    fn cert() -> NodeCertRow {
+        NodeCertRow {
+            serial: "01".into(),
+            node_id: "node_a".into(),
+            der: vec![],
+            generation: 2,
+            role: NodeRole::Node,
+            not_before: 100,
+            not_after: 200,
+            revoked: None,
+            statements: vec![],
+            created_at: 100,
+        }
+    }
+
+    #[test]
+    fn a_live_current_certificate_renews() {
+        assert_eq!(check(&cert(), Some(&node()), 150), Ok(()));
+    }
+
+    #[test]
+    fn each_refusal_has_its_reason() {
+        let n = node();
+        assert_eq!(check(&cert(), None, 150), Err(RenewRefusal::UnknownNode));
+        let mut retired = node();
+        retired.retired = true;
+        assert_eq!(
+            check(&cert(), Some(&retired), 150),
+            Err(RenewRefusal::Retired)
+        );
+        let with = |revoked, generation| NodeCertRow {
+            revoked,
+            generation,
+            ..cert()
+        };
+        assert_eq!(
+            check(&with(Some(Revocation::IdentityRevoked), 1), Some(&n), 150),
+            Err(RenewRefusal::IdentityRevoked)
+        );
+        assert_eq!(
+            check(&with(Some(Revocation::Superseded), 1), Some(&n), 150),
+            Err(RenewRefusal::OldGeneration)
+        );
+        assert_eq!(
+            check(&with(None, 1), Some(&n), 150),
+            Err(RenewRefusal::OldGeneration)
+        );
+        assert_eq!(
+            check(&with(Some(Revocation::Operator), 2), Some(&n), 150),
+            Err(RenewRefusal::Revoked)
+        );
+        assert_eq!(check(&cert(), Some(&n), 200), Err(RenewRefusal::Expired));
+        assert_eq!(check(&cert(), Some(&n), 99), Err(RenewRefusal::NotYetValid));
+        let tpm = NodeCertRow {
+            statements: vec!["urn:bc:tpm-ak:000b:00".into()],
+            ..cert()
+        };
+        assert_eq!(
+            check(&tpm, Some(&n), 150),
+            Err(RenewRefusal::KeyAttestationRequired)
+        );
+        assert_eq!(RenewRefusal::OldGeneration.to_string(), "old-generation");
+    }
+}
