@@ -8,7 +8,10 @@
 use std::fmt::Write as _;
 
 /// The attestors built into the host.
-const BUILTIN: &[&str] = &["gatehouse-attestor-join-token"];
+const BUILTIN: &[&str] = &[
+    "gatehouse-attestor-join-token",
+    "gatehouse-attestor-x509pop",
+];
 
 fn main() {
     let built = gatehouse_build_support::build_components(BUILTIN);

@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use gatehouse_build_support::{Built, build_components, build_components_in};
 
 /// The built-in attestors, beside the fixtures: `(constant, package)`.
-const ATTESTORS: &[(&str, &str)] = &[("JOIN_TOKEN", "gatehouse-attestor-join-token")];
+const ATTESTORS: &[(&str, &str)] = &[
+    ("JOIN_TOKEN", "gatehouse-attestor-join-token"),
+    ("X509POP", "gatehouse-attestor-x509pop"),
+];
 
 /// The crate a fixture depends on to embed join-token's decision in a component of its own.
 const JOIN_TOKEN_CRATE: &str = "gatehouse-attestor-join-token";

@@ -1,10 +1,10 @@
 //! The components the integration tests load, built from this workspace by `build.rs` (one
 //! nested `cargo build --target wasm32-wasip2`, see `gatehouse-build-support`).
 //!
-//! Each constant is the absolute path of a component: [`JOIN_TOKEN`] for the built-in
-//! attestor, and one per directory in `tests/fixtures` (`tests/fixtures/loop-forever` is
-//! [`LOOP_FOREVER`]). [`foreach_fixture!`] calls a macro once per fixture, so the test crate
-//! can require a test for each:
+//! Each constant is the absolute path of a component: [`JOIN_TOKEN`] and [`X509POP`] for the
+//! built-in attestors, and one per directory in `tests/fixtures`
+//! (`tests/fixtures/loop-forever` is [`LOOP_FOREVER`]). [`foreach_fixture!`] calls a macro
+//! once per fixture, so the test crate can require a test for each:
 //!
 //! ```
 //! macro_rules! assert_tested {

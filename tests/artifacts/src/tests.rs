@@ -88,6 +88,17 @@ fn join_token() {
     );
 }
 
+#[test]
+fn x509pop() {
+    let surface = assert_attestor(crate::X509POP, "0.1.0");
+    for import in [
+        "better-compute:attestor/crypto@0.1.0",
+        "better-compute:attestor/transaction@0.1.0",
+    ] {
+        assert!(surface.imports.contains(&import.to_owned()), "{import}");
+    }
+}
+
 macro_rules! fixture_is_a_component {
     ($fixture:ident) => {
         #[test]
