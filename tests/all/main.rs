@@ -6,6 +6,7 @@
 
 mod common;
 mod join_token;
+mod nodes;
 mod renew;
 mod response;
 mod sandbox;

@@ -1,5 +1,6 @@
 //! Admin commands: a small HTTPS client of the admin API.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -71,8 +72,71 @@ pub(super) struct CreateTokenArgs {
 
 #[derive(Debug, Subcommand)]
 pub(super) enum NodesCommand {
-    /// Lists nodes.
-    List(ConnArgs),
+    /// Lists nodes (not deleted ones).
+    List(ListArgs),
+    /// Shows a node, its certificates and its bindings (a deleted one too).
+    Show(NodeArgs),
+    /// Cordons a node.
+    Cordon(NodeArgs),
+    /// Lifts a node's cordon.
+    Uncordon(NodeArgs),
+    /// Retires a node: it never joins or renews again and its certificates are revoked.
+    Retire(DestructiveArgs),
+    /// Deletes a node: retires it, revokes its certificates, frees its hardware bindings and
+    /// key (the machine can then join as a new node) and hides it from `nodes list`.
+    Delete(DestructiveArgs),
+    /// Revokes a node's identity: raises its identity generation and revokes its
+    /// certificates; it joins again only with a token that re-keys it (`--expect-node`).
+    RevokeIdentity(DestructiveArgs),
+    /// Revokes one certificate of a node.
+    RevokeCert(RevokeCertArgs),
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ListArgs {
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct NodeArgs {
+    /// The node id.
+    id: String,
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct DestructiveArgs {
+    /// The node id.
+    id: String,
+    /// Do it. Without --yes, print what would change and exit 2.
+    #[arg(long)]
+    yes: bool,
+    /// Print the API's JSON answer (or, without --yes, the plan as JSON).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct RevokeCertArgs {
+    /// The node id.
+    id: String,
+    /// The certificate's serial number (hex, as `nodes show` prints it).
+    serial: String,
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
 }
 
 #[derive(Debug, Subcommand)]
@@ -228,13 +292,433 @@ pub(super) async fn token(command: TokenCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(super) async fn nodes(command: NodesCommand) -> anyhow::Result<()> {
-    let NodesCommand::List(a) = command;
-    print(
-        &Client::new(&a.conn)?
-            .call(reqwest::Method::GET, "/v1/admin/nodes", None)
-            .await?,
+/// A destructive node action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Destructive {
+    Retire,
+    Delete,
+    RevokeIdentity,
+}
+
+impl Destructive {
+    fn name(self) -> &'static str {
+        match self {
+            Destructive::Retire => "retire",
+            Destructive::Delete => "delete",
+            Destructive::RevokeIdentity => "revoke-identity",
+        }
+    }
+
+    fn request(self, id: &str) -> (reqwest::Method, String) {
+        match self {
+            Destructive::Retire => (
+                reqwest::Method::POST,
+                format!("/v1/admin/nodes/{id}/retire"),
+            ),
+            Destructive::Delete => (reqwest::Method::DELETE, format!("/v1/admin/nodes/{id}")),
+            Destructive::RevokeIdentity => (
+                reqwest::Method::POST,
+                format!("/v1/admin/nodes/{id}/revoke-identity"),
+            ),
+        }
+    }
+}
+
+/// A path segment as the admin API takes ids and serials: anything else is refused here,
+/// before it could change the request's path.
+fn segment<'a>(what: &str, v: &'a str) -> anyhow::Result<&'a str> {
+    if !v.is_empty()
+        && v.len() <= 128
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        Ok(v)
+    } else {
+        bail!("{what} `{v}` is not an id")
+    }
+}
+
+pub(super) async fn nodes(
+    command: NodesCommand,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    match command {
+        NodesCommand::List(a) => {
+            let list = Client::new(&a.conn)?
+                .call(reqwest::Method::GET, "/v1/admin/nodes", None)
+                .await?;
+            if a.json {
+                write_json(out, &list)?;
+            } else {
+                write_node_table(out, &list)?;
+            }
+        }
+        NodesCommand::Show(a) => {
+            let id = segment("node id", &a.id)?;
+            let node = Client::new(&a.conn)?
+                .call(reqwest::Method::GET, &format!("/v1/admin/nodes/{id}"), None)
+                .await?;
+            if a.json {
+                write_json(out, &node)?;
+            } else {
+                write_node(out, &node)?;
+            }
+        }
+        NodesCommand::Cordon(a) => cordon(out, a, true).await?,
+        NodesCommand::Uncordon(a) => cordon(out, a, false).await?,
+        NodesCommand::Retire(a) => destructive(out, a, Destructive::Retire).await?,
+        NodesCommand::Delete(a) => destructive(out, a, Destructive::Delete).await?,
+        NodesCommand::RevokeIdentity(a) => destructive(out, a, Destructive::RevokeIdentity).await?,
+        NodesCommand::RevokeCert(a) => {
+            let id = segment("node id", &a.id)?;
+            let serial = segment("serial", &a.serial)?;
+            let answer = Client::new(&a.conn)?
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/admin/nodes/{id}/certs/{serial}/revoke"),
+                    None,
+                )
+                .await?;
+            if a.json {
+                write_json(out, &answer)?;
+            } else if answer["changed"].as_bool() == Some(true) {
+                writeln!(
+                    out,
+                    "certificate {} of {id} revoked",
+                    text(&answer["serial"])
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "certificate {} of {id} was revoked already ({})",
+                    text(&answer["serial"]),
+                    text(&answer["revoked"])
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn cordon(out: &mut (dyn Write + Send), a: NodeArgs, on: bool) -> anyhow::Result<()> {
+    let id = segment("node id", &a.id)?;
+    let verb = if on { "cordon" } else { "uncordon" };
+    let answer = Client::new(&a.conn)?
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/admin/nodes/{id}/{verb}"),
+            None,
+        )
+        .await?;
+    if a.json {
+        write_json(out, &answer)?;
+    } else {
+        let state = if on { "cordoned" } else { "uncordoned" };
+        if answer["changed"].as_bool() == Some(true) {
+            writeln!(out, "{id} {state}")?;
+        } else {
+            writeln!(out, "{id} was {state} already")?;
+        }
+    }
+    Ok(())
+}
+
+/// Retire, delete or revoke-identity: without `--yes`, reads the node, prints what would
+/// change and returns [`super::NotConfirmed`] having changed nothing.
+async fn destructive(
+    out: &mut (dyn Write + Send),
+    a: DestructiveArgs,
+    action: Destructive,
+) -> anyhow::Result<()> {
+    let id = segment("node id", &a.id)?;
+    let client = Client::new(&a.conn)?;
+    if !a.yes {
+        let node = client
+            .call(reqwest::Method::GET, &format!("/v1/admin/nodes/{id}"), None)
+            .await?;
+        let plan = plan(action, &node)?;
+        if a.json {
+            write_json(out, &plan.json)?;
+            eprintln!("nothing changed: pass --yes to {} {id}", action.name());
+        } else {
+            out.write_all(plan.text.as_bytes())?;
+        }
+        out.flush()?;
+        return Err(super::NotConfirmed.into());
+    }
+    let (method, path) = action.request(id);
+    let answer = client.call(method, &path, None).await?;
+    if a.json {
+        write_json(out, &answer)?;
+        return Ok(());
+    }
+    let revoked = count(
+        answer["certificatesRevoked"].as_u64().unwrap_or(0),
+        "certificate",
     );
+    match action {
+        Destructive::Retire if answer["changed"].as_bool() == Some(false) => {
+            writeln!(out, "{id} was retired already")?
+        }
+        Destructive::Retire => writeln!(out, "{id} retired: {revoked} revoked")?,
+        Destructive::Delete => {
+            let freed = answer["bindingsFreed"].as_array().map_or(0, Vec::len);
+            let key = if answer["hardwareKeyFreed"].as_bool() == Some(true) {
+                ", hardware key freed"
+            } else {
+                ""
+            };
+            writeln!(
+                out,
+                "{id} deleted: {revoked} revoked, {} freed{key}",
+                count(freed as u64, "binding")
+            )?
+        }
+        Destructive::RevokeIdentity => writeln!(
+            out,
+            "{id} identity revoked: generation {} -> {}, {revoked} revoked",
+            answer["previousGeneration"], answer["generation"]
+        )?,
+    }
+    Ok(())
+}
+
+/// What a destructive action would do to a node, as `nodes show --json` described it.
+#[derive(Debug)]
+struct Plan {
+    text: String,
+    json: Value,
+}
+
+fn plan(action: Destructive, node: &Value) -> anyhow::Result<Plan> {
+    use std::fmt::Write as _;
+    let id = text(&node["id"]);
+    if !node["deletedAt"].is_null() {
+        bail!("{id} is deleted: nothing left to {}", action.name());
+    }
+    let live: Vec<&str> = node["certificates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["revoked"].is_null())
+        .filter_map(|c| c["serial"].as_str())
+        .collect();
+    let bindings: Vec<String> = node["bindings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| format!("{}={}", text(&b["kind"]), text(&b["value"])))
+        .collect();
+    let retired = node["retired"].as_bool() == Some(true);
+    let generation = node["identityGeneration"].as_u64().unwrap_or(0);
+    let serials = if live.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", live.join(", "))
+    };
+    let mut t = String::new();
+    let about = format!(
+        "node {id} (tenant {}, role {}, generation {generation})",
+        text(&node["tenantId"]),
+        text(&node["role"])
+    );
+    let mut json = json!({
+        "dryRun": true,
+        "action": action.name(),
+        "id": id,
+        "certificatesToRevoke": live,
+    });
+    match action {
+        Destructive::Retire if retired => {
+            let _ = writeln!(t, "{about} is retired already: nothing would change");
+        }
+        Destructive::Retire => {
+            let _ = writeln!(t, "would retire {about}:");
+            let _ = writeln!(
+                t,
+                "  revoke {}{serials}",
+                count(live.len() as u64, "live certificate")
+            );
+            let _ = writeln!(t, "  it never joins or renews again (it stays listed)");
+        }
+        Destructive::Delete => {
+            let _ = writeln!(t, "would delete {about}:");
+            let _ = writeln!(
+                t,
+                "  revoke {}{serials}",
+                count(live.len() as u64, "live certificate")
+            );
+            let listed = if bindings.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", bindings.join(", "))
+            };
+            let _ = writeln!(
+                t,
+                "  free {}{listed}",
+                count(bindings.len() as u64, "binding")
+            );
+            if let Some(key) = node["hardwareKey"].as_str() {
+                let _ = writeln!(t, "  free its hardware key {key}");
+            }
+            let _ = writeln!(
+                t,
+                "  hide it from `nodes list` (`nodes show {id}` still shows it)"
+            );
+            json["bindingsToFree"] = json!(bindings);
+            json["hardwareKeyToFree"] = node["hardwareKey"].clone();
+        }
+        Destructive::RevokeIdentity if retired => {
+            bail!("{id} is retired: it has no identity left to revoke");
+        }
+        Destructive::RevokeIdentity => {
+            let _ = writeln!(t, "would revoke the identity of {about}:");
+            let _ = writeln!(t, "  raise its identity generation to {}", generation + 1);
+            let _ = writeln!(
+                t,
+                "  revoke {}{serials}",
+                count(live.len() as u64, "live certificate")
+            );
+            let _ = writeln!(
+                t,
+                "  it joins again only with a token that re-keys it \
+                 (`token create --expect-node {id}`)"
+            );
+            json["generation"] = json!(generation + 1);
+        }
+    }
+    let _ = writeln!(t, "nothing changed: pass --yes to {} {id}", action.name());
+    Ok(Plan { text: t, json })
+}
+
+/// `n things`, singular for one.
+fn count(n: u64, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// A JSON string's text, `-` for null or anything else.
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or("-")
+}
+
+/// A database time (ms since the Unix epoch) as RFC 3339, or `-`.
+fn time(v: &Value) -> String {
+    match v.as_i64().and_then(|ms| u64::try_from(ms).ok()) {
+        Some(ms) => {
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+                .to_string()
+        }
+        None => "-".to_owned(),
+    }
+}
+
+/// `active`, or the node's flags (`retired`, `cordoned`, `deleted`).
+fn node_state(n: &Value) -> String {
+    let mut flags = Vec::new();
+    if !n["deletedAt"].is_null() {
+        flags.push("deleted");
+    } else if n["retired"].as_bool() == Some(true) {
+        flags.push("retired");
+    }
+    if n["cordoned"].as_bool() == Some(true) {
+        flags.push("cordoned");
+    }
+    if flags.is_empty() {
+        "active".to_owned()
+    } else {
+        flags.join(",")
+    }
+}
+
+fn write_json(out: &mut (dyn Write + Send), value: &Value) -> anyhow::Result<()> {
+    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
+    Ok(())
+}
+
+fn write_node_table(out: &mut (dyn Write + Send), list: &Value) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{:<28} {:<12} {:<12} {:<12} {:>4}  {:<16} CREATED",
+        "ID", "TENANT", "POOL", "ROLE", "GEN", "STATE"
+    )?;
+    for n in list.as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{:<28} {:<12} {:<12} {:<12} {:>4}  {:<16} {}",
+            text(&n["id"]),
+            text(&n["tenantId"]),
+            text(&n["poolId"]),
+            text(&n["role"]),
+            n["identityGeneration"],
+            node_state(n),
+            time(&n["createdAt"])
+        )?;
+    }
+    Ok(())
+}
+
+fn write_node(out: &mut (dyn Write + Send), n: &Value) -> anyhow::Result<()> {
+    for (label, value) in [
+        ("node", text(&n["id"]).to_owned()),
+        ("tenant", text(&n["tenantId"]).to_owned()),
+        ("pool", text(&n["poolId"]).to_owned()),
+        ("site", text(&n["siteId"]).to_owned()),
+        ("role", text(&n["role"]).to_owned()),
+        ("state", node_state(n)),
+        ("generation", n["identityGeneration"].to_string()),
+        ("hardware key", text(&n["hardwareKey"]).to_owned()),
+        ("created", time(&n["createdAt"])),
+        ("updated", time(&n["updatedAt"])),
+    ] {
+        writeln!(out, "{label:<13} {value}")?;
+    }
+    if !n["deletedAt"].is_null() {
+        writeln!(out, "{:<13} {}", "deleted", time(&n["deletedAt"]))?;
+    }
+    let bindings = n["bindings"].as_array().cloned().unwrap_or_default();
+    if bindings.is_empty() {
+        writeln!(out, "{:<13} -", "bindings")?;
+    }
+    for (i, b) in bindings.iter().enumerate() {
+        let label = if i == 0 { "bindings" } else { "" };
+        writeln!(
+            out,
+            "{label:<13} {} {}",
+            text(&b["kind"]),
+            text(&b["value"])
+        )?;
+    }
+    let certs = n["certificates"].as_array().cloned().unwrap_or_default();
+    writeln!(out, "certificates  {} (newest first)", certs.len())?;
+    if !certs.is_empty() {
+        writeln!(
+            out,
+            "  {:<40} {:>4}  {:<12} {:<20} {:<20} STATUS",
+            "SERIAL", "GEN", "ROLE", "NOT BEFORE", "NOT AFTER"
+        )?;
+    }
+    for c in &certs {
+        let status = match c["revoked"].as_str() {
+            Some(reason) => format!("revoked ({reason})"),
+            None => "live".to_owned(),
+        };
+        writeln!(
+            out,
+            "  {:<40} {:>4}  {:<12} {:<20} {:<20} {status}",
+            text(&c["serial"]),
+            c["generation"],
+            text(&c["role"]),
+            time(&c["notBefore"]),
+            time(&c["notAfter"])
+        )?;
+        for s in c["statements"].as_array().into_iter().flatten() {
+            writeln!(out, "    {}", text(s))?;
+        }
+    }
     Ok(())
 }
 
@@ -280,6 +764,177 @@ pub(super) async fn events(args: EventsArgs) -> anyhow::Result<()> {
         }
         if events.is_empty() {
             tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn nodes_command(args: &[&str]) -> NodesCommand {
+        let cli = Cli::try_parse_args(
+            ["gatehouse", "nodes"]
+                .iter()
+                .chain(args)
+                .chain(&["--server", "https://h"]),
+        )
+        .unwrap();
+        match cli.command {
+            Command::Nodes { command } => command,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn destructive_commands_default_to_a_dry_run() {
+        for (verb, action) in [
+            ("retire", Destructive::Retire),
+            ("delete", Destructive::Delete),
+            ("revoke-identity", Destructive::RevokeIdentity),
+        ] {
+            let (NodesCommand::Retire(a)
+            | NodesCommand::Delete(a)
+            | NodesCommand::RevokeIdentity(a)) = nodes_command(&[verb, "node_1"])
+            else {
+                panic!("{verb}");
+            };
+            assert!(!a.yes, "{verb} without --yes");
+            assert_eq!((a.id.as_str(), action.name()), ("node_1", verb));
+            let (NodesCommand::Retire(a)
+            | NodesCommand::Delete(a)
+            | NodesCommand::RevokeIdentity(a)) =
+                nodes_command(&[verb, "node_1", "--yes", "--json"])
+            else {
+                panic!("{verb}");
+            };
+            assert!(a.yes && a.json);
+        }
+        match nodes_command(&["revoke-cert", "node_1", "0a1b"]) {
+            NodesCommand::RevokeCert(a) => {
+                assert_eq!((a.id, a.serial), ("node_1".into(), "0a1b".into()))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            nodes_command(&["cordon", "n"]),
+            NodesCommand::Cordon(_)
+        ));
+        assert!(matches!(
+            nodes_command(&["uncordon", "n"]),
+            NodesCommand::Uncordon(_)
+        ));
+        assert!(matches!(
+            nodes_command(&["show", "n"]),
+            NodesCommand::Show(_)
+        ));
+        assert!(matches!(nodes_command(&["list"]), NodesCommand::List(_)));
+        // A node id is required; revoke-cert needs a serial.
+        assert!(Cli::try_parse_args(["gatehouse", "nodes", "delete"]).is_err());
+        assert!(Cli::try_parse_args(["gatehouse", "nodes", "revoke-cert", "n"]).is_err());
+    }
+
+    fn shown() -> Value {
+        json!({
+            "id": "node_1",
+            "tenantId": "root",
+            "poolId": null,
+            "siteId": null,
+            "role": "node",
+            "retired": false,
+            "cordoned": true,
+            "identityGeneration": 2,
+            "hardwareKey": "uuid-1",
+            "createdAt": 1_700_000_000_000_i64,
+            "updatedAt": 1_700_000_000_000_i64,
+            "deletedAt": null,
+            "certificates": [
+                { "serial": "0b", "generation": 2, "role": "node", "notBefore": 1, "notAfter": 2,
+                  "revoked": null, "statements": [], "createdAt": 2 },
+                { "serial": "0a", "generation": 1, "role": "node", "notBefore": 1, "notAfter": 2,
+                  "revoked": "superseded", "statements": [], "createdAt": 1 }
+            ],
+            "bindings": [ { "kind": "tpm-ek-sha256", "value": "ab" } ]
+        })
+    }
+
+    #[test]
+    fn plans_say_what_would_change() {
+        let p = plan(Destructive::Delete, &shown()).unwrap();
+        assert_eq!(
+            p.text,
+            "would delete node node_1 (tenant root, role node, generation 2):\n\
+             \x20 revoke 1 live certificate: 0b\n\
+             \x20 free 1 binding: tpm-ek-sha256=ab\n\
+             \x20 free its hardware key uuid-1\n\
+             \x20 hide it from `nodes list` (`nodes show node_1` still shows it)\n\
+             nothing changed: pass --yes to delete node_1\n"
+        );
+        assert_eq!(p.json["certificatesToRevoke"], json!(["0b"]));
+        assert_eq!(p.json["bindingsToFree"], json!(["tpm-ek-sha256=ab"]));
+        assert_eq!(p.json["dryRun"], true);
+
+        let p = plan(Destructive::RevokeIdentity, &shown()).unwrap();
+        assert!(
+            p.text.contains("raise its identity generation to 3"),
+            "{}",
+            p.text
+        );
+        assert!(
+            p.text.contains("revoke 1 live certificate: 0b"),
+            "{}",
+            p.text
+        );
+        assert_eq!(p.json["generation"], 3);
+
+        let p = plan(Destructive::Retire, &shown()).unwrap();
+        assert!(p.text.starts_with("would retire node node_1"), "{}", p.text);
+
+        let mut retired = shown();
+        retired["retired"] = json!(true);
+        let p = plan(Destructive::Retire, &retired).unwrap();
+        assert!(
+            p.text.contains("is retired already: nothing would change"),
+            "{}",
+            p.text
+        );
+        assert!(plan(Destructive::RevokeIdentity, &retired).is_err());
+
+        let mut deleted = shown();
+        deleted["deletedAt"] = json!(5);
+        let err = plan(Destructive::Delete, &deleted).unwrap_err();
+        assert_eq!(err.to_string(), "node_1 is deleted: nothing left to delete");
+    }
+
+    #[test]
+    fn node_output_is_readable() {
+        let mut out = Vec::new();
+        write_node(&mut out, &shown()).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("state         cordoned\n"), "{text}");
+        assert!(text.contains("bindings      tpm-ek-sha256 ab\n"), "{text}");
+        assert!(text.contains("revoked (superseded)"), "{text}");
+        assert!(
+            text.contains("created       2023-11-14T22:13:20Z\n"),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        write_node_table(&mut out, &json!([shown()])).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        assert!(
+            text.lines().nth(1).unwrap().starts_with("node_1 "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn ids_cannot_change_the_request_path() {
+        assert!(segment("node id", "node_1").is_ok());
+        for bad in ["", "../tokens", "a/b", "a?b", "a b", "a#"] {
+            assert!(segment("node id", bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -71,15 +71,47 @@ pub(crate) struct AdminConnection {
     data_dir: Option<PathBuf>,
 }
 
-/// Runs the command; the exit code is the binary's.
+impl Cli {
+    /// Parses a command line whose first item is the program name, as the binary does.
+    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        <Self as clap::Parser>::try_parse_from(args)
+    }
+}
+
+/// A destructive command ran without `--yes`: it printed what it would do and changed
+/// nothing. [`run`] exits 2 on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not confirmed: nothing changed (pass --yes)")]
+pub struct NotConfirmed;
+
+/// Runs the command; the exit code is the binary's. A destructive command without `--yes`
+/// ([`NotConfirmed`]) exits the process with status 2 once its plan is printed.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout();
+    match execute(cli, &mut stdout).await {
+        Err(e) if e.downcast_ref::<NotConfirmed>().is_some() => {
+            use std::io::Write as _;
+            let _ = stdout.flush();
+            std::process::exit(2)
+        }
+        other => other,
+    }
+}
+
+/// Runs the command, writing the `nodes` commands' output to `out` (the others print to
+/// stdout). Returns [`NotConfirmed`] for a destructive command without `--yes`.
+pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Pki {
             command: PkiCommand::Init(args),
         } => pki_init::run(args),
         Command::Token { command } => admin::token(command).await,
-        Command::Nodes { command } => admin::nodes(command).await,
+        Command::Nodes { command } => admin::nodes(command, out).await,
         Command::Events(args) => admin::events(args).await,
         Command::Attestors { command } => admin::attestors(command).await,
         Command::Bench(args) => bench::run(args).await,

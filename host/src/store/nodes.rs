@@ -82,6 +82,25 @@ impl Tx {
         row.as_ref().map(node).transpose()
     }
 
+    /// Reads a node, deleted or not, and locks its row until this transaction ends
+    /// (`FOR UPDATE` on Postgres; SQLite's `BEGIN IMMEDIATE` already excludes other writers).
+    /// While the lock is held no other transaction changes the node or adds certificates or
+    /// bindings for it (their foreign-key checks wait for the row), so what an operator's
+    /// action reads about the node before it acts is what it acts on. `None` if there is no
+    /// such id.
+    pub async fn lock_node(&mut self, id: &str) -> Result<Option<NodeRow>, StoreError> {
+        let sql = self.pick(
+            concat!("SELECT ", node_columns!(), " FROM nodes WHERE id = $1"),
+            concat!(
+                "SELECT ",
+                node_columns!(),
+                " FROM nodes WHERE id = $1 FOR UPDATE"
+            ),
+        );
+        let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
+        row.as_ref().map(node).transpose()
+    }
+
     /// Every node not deleted, oldest first.
     pub async fn list_nodes(&mut self) -> Result<Vec<NodeRow>, StoreError> {
         let sql = concat!(
@@ -93,9 +112,10 @@ impl Tx {
         rows.iter().map(node).collect()
     }
 
-    /// Moves a node to a new identity generation (a reclaim or a revoke-identity). False if
-    /// there is no such node or `new_generation` is not above its current one, so a
-    /// generation never goes back.
+    /// Moves a node to a new identity generation (a reclaim). False if there is no such node,
+    /// it is retired (or deleted), or `new_generation` is not above its current one, so a
+    /// generation never goes back and a node an operator removed while a reclaim of it was
+    /// running is not brought back by it.
     pub async fn rekey_node(
         &mut self,
         id: &str,
@@ -104,7 +124,7 @@ impl Tx {
     ) -> Result<bool, StoreError> {
         let q = sqlx::query(
             "UPDATE nodes SET identity_generation = $2, updated_at = $3 \
-             WHERE id = $1 AND identity_generation < $2",
+             WHERE id = $1 AND identity_generation < $2 AND retired = 0 AND deleted_at IS NULL",
         )
         .bind(id)
         .bind(i64::from(new_generation))
@@ -266,21 +286,44 @@ impl Tx {
     /// Revokes a node's identity: raises its identity generation and revokes every
     /// certificate it holds, so none renews or re-joins with x509pop; the machine joins again
     /// only through an attestor that proves it afresh (a reclaim token, its TPM). The new
-    /// generation, or `None` if there is no such live node.
+    /// generation, or `None` if there is no such live node (unknown, retired or deleted).
+    ///
+    /// The generation is raised by one conditional update, so two concurrent revocations
+    /// raise it twice rather than one of them finding the node "missing".
     pub async fn revoke_identity(&mut self, id: &str, at: i64) -> Result<Option<u32>, StoreError> {
-        let Some(node) = self.node(id).await? else {
+        let q = sqlx::query(
+            "UPDATE nodes SET identity_generation = identity_generation + 1, updated_at = $2 \
+             WHERE id = $1 AND retired = 0 AND deleted_at IS NULL \
+             AND identity_generation < $3 RETURNING identity_generation",
+        )
+        .bind(id)
+        .bind(at)
+        .bind(i64::from(u32::MAX));
+        let Some(row) = self.fetch_optional(q).await? else {
             return Ok(None);
         };
-        if node.retired {
-            return Ok(None);
-        }
-        let generation = node.identity_generation.saturating_add(1);
-        if !self.rekey_node(id, generation, at).await? {
-            return Ok(None);
-        }
+        let generation = Fields::new(&row, "nodes").u32("identity_generation")?;
         self.revoke_node_certs(id, Revocation::IdentityRevoked)
             .await?;
         Ok(Some(generation))
+    }
+
+    /// The hardware identities bound to a node, as `(kind, value)`, ordered.
+    pub async fn node_bindings(
+        &mut self,
+        node_id: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let q = sqlx::query(
+            "SELECT kind, value FROM node_bindings WHERE node_id = $1 ORDER BY kind, value",
+        )
+        .bind(node_id);
+        let rows = self.fetch_all(q).await?;
+        rows.iter()
+            .map(|r| {
+                let f = Fields::new(r, "node_bindings");
+                Ok((f.text("kind")?, f.text("value")?))
+            })
+            .collect()
     }
 
     /// The node a hardware identity (`kind`, for example `tpm-ek-sha256`, and its `value`) is

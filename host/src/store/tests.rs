@@ -93,7 +93,7 @@ async fn migrations_apply_twice_idempotently() {
             .fetch_one(t.db.pool())
             .await
             .unwrap();
-        assert_eq!(applied.get::<i64, _>("n"), 1, "{:?}", t.db.backend());
+        assert_eq!(applied.get::<i64, _>("n"), 2, "{:?}", t.db.backend());
         let roots = sqlx::query("SELECT COUNT(*) AS n FROM tenants WHERE id = 'root'")
             .fetch_one(t.db.pool())
             .await
@@ -528,6 +528,7 @@ async fn nodes_and_certificates() {
                 hardware_key: Some("ak:1".into()),
                 created_at: 2_000,
                 updated_at: 2_000,
+                deleted_at: None,
             }
         );
         assert!(tx.node("node_9").await.unwrap().is_none());
@@ -574,7 +575,7 @@ async fn nodes_and_certificates() {
                 role: NodeRole::Node,
                 not_before: 10,
                 not_after: 20,
-                revoked: false,
+                revoked: None,
                 statements: vec!["urn:bc:tpm-ak:sha256:ab".into()],
                 created_at: 30,
             }
@@ -583,19 +584,21 @@ async fn nodes_and_certificates() {
         assert!(tx.node_cert_by_der(&[]).await.unwrap().is_none());
         assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 1);
         assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 0);
-        assert!(
+        assert_eq!(
             tx.node_cert_by_der(&[1, 2, 3])
                 .await
                 .unwrap()
                 .unwrap()
-                .revoked
+                .revoked,
+            Some(Revocation::Superseded)
         );
-        assert!(
-            !tx.node_cert_by_der(&[4, 5, 6])
+        assert_eq!(
+            tx.node_cert_by_der(&[4, 5, 6])
                 .await
                 .unwrap()
                 .unwrap()
-                .revoked
+                .revoked,
+            None
         );
         tx.commit().await.unwrap();
     }
@@ -624,6 +627,274 @@ async fn a_hardware_identity_binds_one_node() {
         assert_eq!(tx.bound_node("mac", "ab").await.unwrap(), None);
         tx.commit().await.unwrap();
     }
+}
+
+fn cert_of(node_id: &str, serial: &str, generation: u32, created_at: i64) -> NewNodeCert {
+    NewNodeCert {
+        serial: serial.into(),
+        node_id: node_id.into(),
+        der: format!("der-{serial}").into_bytes(),
+        generation,
+        role: NodeRole::Node,
+        not_before: 10,
+        not_after: 20,
+        statements: vec![],
+        created_at,
+    }
+}
+
+/// Why each of a node's certificates was revoked, by serial (`None`: live).
+async fn revocations(tx: &mut Tx, node_id: &str) -> Vec<(String, Option<Revocation>)> {
+    tx.node_certs(node_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.serial, c.revoked))
+        .collect()
+}
+
+#[tokio::test]
+async fn cordon_revoke_identity_and_retire() {
+    for t in testing::all().await {
+        let b = t.db.backend();
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_node(&new_node("node_1")).await.unwrap();
+        tx.insert_node(&new_node("node_2")).await.unwrap();
+        tx.insert_node_cert(&cert_of("node_1", "a1", 1, 100))
+            .await
+            .unwrap();
+        tx.insert_node_cert(&cert_of("node_1", "a2", 1, 200))
+            .await
+            .unwrap();
+        tx.insert_node_cert(&cert_of("node_2", "b1", 1, 100))
+            .await
+            .unwrap();
+
+        // Cordon and uncordon; an unknown node is not found.
+        assert!(tx.set_cordoned("node_1", true, 5_000).await.unwrap());
+        let n = tx.node("node_1").await.unwrap().unwrap();
+        assert_eq!((n.cordoned, n.updated_at), (true, 5_000), "{b:?}");
+        assert!(tx.set_cordoned("node_1", false, 5_100).await.unwrap());
+        assert!(!tx.node("node_1").await.unwrap().unwrap().cordoned);
+        assert!(!tx.set_cordoned("node_9", true, 5_100).await.unwrap());
+
+        // One certificate, by an operator: only the node's own, only once.
+        assert!(!tx.revoke_node_cert("node_2", "a1").await.unwrap());
+        assert!(tx.revoke_node_cert("node_1", "a1").await.unwrap());
+        assert!(!tx.revoke_node_cert("node_1", "a1").await.unwrap());
+        assert!(!tx.revoke_node_cert("node_1", "zz").await.unwrap());
+        assert_eq!(
+            revocations(&mut tx, "node_1").await,
+            [
+                ("a2".to_owned(), None),
+                ("a1".to_owned(), Some(Revocation::Operator))
+            ],
+            "{b:?}: newest first"
+        );
+
+        // Revoke-identity raises the generation and revokes what is live; a certificate
+        // revoked before keeps its reason. Other nodes are untouched.
+        assert_eq!(tx.revoke_identity("node_1", 6_000).await.unwrap(), Some(2));
+        let n = tx.node("node_1").await.unwrap().unwrap();
+        assert_eq!((n.identity_generation, n.updated_at), (2, 6_000));
+        assert_eq!(
+            revocations(&mut tx, "node_1").await,
+            [
+                ("a2".to_owned(), Some(Revocation::IdentityRevoked)),
+                ("a1".to_owned(), Some(Revocation::Operator))
+            ]
+        );
+        assert_eq!(
+            revocations(&mut tx, "node_2").await,
+            [("b1".to_owned(), None)]
+        );
+        assert_eq!(tx.revoke_identity("node_1", 6_100).await.unwrap(), Some(3));
+        assert_eq!(tx.revoke_identity("node_9", 6_100).await.unwrap(), None);
+
+        // Retire revokes the certificates of the current generation as node-removed.
+        tx.insert_node_cert(&cert_of("node_1", "a3", 3, 300))
+            .await
+            .unwrap();
+        assert!(tx.retire_node("node_1", 7_000).await.unwrap());
+        let n = tx.node("node_1").await.unwrap().unwrap();
+        assert_eq!((n.retired, n.updated_at, n.deleted_at), (true, 7_000, None));
+        assert_eq!(
+            revocations(&mut tx, "node_1").await[0],
+            ("a3".to_owned(), Some(Revocation::NodeRemoved))
+        );
+        assert!(
+            !tx.retire_node("node_1", 7_100).await.unwrap(),
+            "retired already"
+        );
+        assert!(!tx.retire_node("node_9", 7_100).await.unwrap());
+        assert_eq!(
+            tx.revoke_identity("node_1", 7_200).await.unwrap(),
+            None,
+            "a retired node has no identity to revoke"
+        );
+        assert!(
+            !tx.rekey_node("node_1", 9, 7_300).await.unwrap(),
+            "a reclaim does not bring a retired node back"
+        );
+        assert_eq!(
+            tx.node("node_1")
+                .await
+                .unwrap()
+                .unwrap()
+                .identity_generation,
+            3
+        );
+        // A retired node is still listed (only deletion hides it).
+        assert_eq!(tx.list_nodes().await.unwrap().len(), 2);
+        assert_eq!(
+            tx.lock_node("node_1").await.unwrap(),
+            tx.node("node_1").await.unwrap()
+        );
+        assert_eq!(tx.lock_node("node_9").await.unwrap(), None);
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn deleting_a_node_frees_its_bindings_and_hides_it() {
+    for t in testing::all().await {
+        let b = t.db.backend();
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_node(&NewNode {
+            hardware_key: Some("uuid-1".into()),
+            ..new_node("node_1")
+        })
+        .await
+        .unwrap();
+        tx.insert_node(&new_node("node_2")).await.unwrap();
+        tx.insert_node(&new_node("node_3")).await.unwrap();
+        tx.bind("tpm-ek-sha256", "ab", "node_1").await.unwrap();
+        tx.bind("mac", "aa", "node_1").await.unwrap();
+        tx.bind("mac", "bb", "node_2").await.unwrap();
+        tx.insert_node_cert(&cert_of("node_1", "c1", 1, 100))
+            .await
+            .unwrap();
+        assert!(tx.rekey_node("node_1", 2, 150).await.unwrap());
+        assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 1);
+        tx.insert_node_cert(&cert_of("node_1", "c2", 2, 200))
+            .await
+            .unwrap();
+        assert_eq!(
+            tx.node_bindings("node_1").await.unwrap(),
+            [
+                ("mac".to_owned(), "aa".to_owned()),
+                ("tpm-ek-sha256".to_owned(), "ab".to_owned())
+            ]
+        );
+
+        assert!(tx.delete_node("node_1", 8_000).await.unwrap());
+        let n = tx.node("node_1").await.unwrap().unwrap();
+        assert_eq!(
+            (n.retired, n.deleted_at, n.updated_at, n.hardware_key),
+            (true, Some(8_000), 8_000, None),
+            "{b:?}: the row stays, retired, without its hardware key"
+        );
+        assert_eq!(
+            revocations(&mut tx, "node_1").await,
+            [
+                ("c2".to_owned(), Some(Revocation::NodeRemoved)),
+                ("c1".to_owned(), Some(Revocation::Superseded))
+            ]
+        );
+        assert!(tx.node_bindings("node_1").await.unwrap().is_empty());
+        assert_eq!(tx.bound_node("tpm-ek-sha256", "ab").await.unwrap(), None);
+        assert_eq!(
+            tx.node_bindings("node_2").await.unwrap(),
+            [("mac".to_owned(), "bb".to_owned())],
+            "other nodes keep theirs"
+        );
+        assert_eq!(
+            tx.list_nodes()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|n| n.id)
+                .collect::<Vec<_>>(),
+            ["node_2", "node_3"]
+        );
+        // The freed identity binds another node; the deleted one takes no further action.
+        tx.bind("tpm-ek-sha256", "ab", "node_3").await.unwrap();
+        assert!(!tx.delete_node("node_1", 8_100).await.unwrap());
+        assert!(!tx.set_cordoned("node_1", true, 8_100).await.unwrap());
+        assert!(!tx.retire_node("node_1", 8_100).await.unwrap());
+        assert_eq!(tx.revoke_identity("node_1", 8_100).await.unwrap(), None);
+        assert!(!tx.delete_node("node_9", 8_100).await.unwrap());
+        let locked = tx.lock_node("node_1").await.unwrap().unwrap();
+        assert_eq!(locked.deleted_at, Some(8_000));
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_identity_revocations_each_raise_the_generation() {
+    for t in testing::all().await {
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_node(&new_node("node_1")).await.unwrap();
+        tx.commit().await.unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..4 {
+            let db = t.db.clone();
+            tasks.spawn(async move {
+                let mut tx = db.begin().await.unwrap();
+                let at = tx.now().await.unwrap();
+                let generation = tx.revoke_identity("node_1", at).await.unwrap();
+                tx.commit().await.unwrap();
+                generation
+            });
+        }
+        let mut generations = Vec::new();
+        while let Some(g) = tasks.join_next().await {
+            generations.push(g.unwrap());
+        }
+        generations.sort();
+        assert_eq!(
+            generations,
+            [Some(2), Some(3), Some(4), Some(5)],
+            "{:?}",
+            t.db.backend()
+        );
+        assert_no_idle_transaction(&t).await;
+    }
+}
+
+/// While an operator's transaction holds a node's row, a concurrent transaction cannot add a
+/// certificate for it (Postgres; SQLite serialises whole transactions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_node_takes_no_new_certificate_until_the_lock_ends() {
+    let Some(t) = testing::postgres().await else {
+        return;
+    };
+    let mut tx = t.db.begin().await.unwrap();
+    tx.insert_node(&new_node("node_1")).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut operator = t.db.begin().await.unwrap();
+    assert!(operator.lock_node("node_1").await.unwrap().is_some());
+    let db = t.db.clone();
+    let issuer = tokio::spawn(async move {
+        let mut tx = db.begin().await.unwrap();
+        tx.insert_node_cert(&cert_of("node_1", "c1", 1, 100))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !issuer.is_finished(),
+        "the insert waits for the node's lock"
+    );
+    assert!(operator.delete_node("node_1", 9_000).await.unwrap());
+    assert!(operator.node_certs("node_1").await.unwrap().is_empty());
+    operator.commit().await.unwrap();
+    issuer.await.unwrap();
+    let mut tx = t.db.begin().await.unwrap();
+    assert_eq!(tx.node_certs("node_1").await.unwrap().len(), 1);
+    tx.commit().await.unwrap();
 }
 
 #[tokio::test]
