@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod agent_lifecycle;
 mod common;
 mod join_token;
 mod nodes;

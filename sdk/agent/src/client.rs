@@ -123,71 +123,98 @@ impl JoinClient {
     /// A client of `server` (e.g. `https://gatehouse.example:8443`) trusting only
     /// `trust.tls_ca_pem`.
     pub fn new(server: &str, trust: &JoinTrust) -> Result<Self, JoinError> {
-        let base = reqwest::Url::parse(server)
-            .map_err(|e| JoinError::Setup(format!("server URL {server}: {e}")))?;
-        if base.scheme() != "https" {
-            return Err(JoinError::Setup(format!(
-                "server URL {server} is not https"
-            )));
-        }
-        let join_url = base
-            .join("/v1/join")
-            .map_err(|e| JoinError::Setup(format!("server URL {server}: {e}")))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(trust.tls_ca_pem.as_bytes()) {
-            let cert = cert.map_err(|e| JoinError::Setup(format!("tlsCaPem: {e}")))?;
-            roots
-                .add(cert)
-                .map_err(|e| JoinError::Setup(format!("tlsCaPem: {e}")))?;
-        }
-        if roots.is_empty() {
-            return Err(JoinError::Setup("tlsCaPem holds no certificate".into()));
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| JoinError::Setup(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .https_only(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(ROUND_TIMEOUT)
-            .build()
-            .map_err(|e| JoinError::Setup(e.to_string()))?;
-        Ok(Self { http, join_url })
+        let join_url = endpoint(server, "/v1/join")?;
+        let tls = tls_builder(trust)?.with_no_client_auth();
+        Ok(Self {
+            http: http_client(tls)?,
+            join_url,
+        })
     }
 
     /// Sends one round and returns the (not yet verified) response.
     pub async fn send(&self, request: &JoinRequest) -> Result<JoinResponse, JoinError> {
-        let resp = self
-            .http
-            .post(self.join_url.clone())
-            .json(request)
-            .send()
-            .await
-            .map_err(JoinError::Transport)?;
-        let status = resp.status();
-        let body = read_capped(resp).await?;
-        if status == reqwest::StatusCode::OK {
-            return serde_json::from_slice(&body)
-                .map_err(|e| ResponseError::Malformed(e.to_string()).into());
-        }
-        let err: ApiError = serde_json::from_slice(&body).unwrap_or(ApiError {
-            code: String::new(),
-            message: String::new(),
-        });
-        if status == reqwest::StatusCode::FORBIDDEN && err.code == ACCESS_DENIED {
-            return Err(JoinError::Denied);
-        }
-        Err(JoinError::Host {
-            status: status.as_u16(),
-            code: err.code,
-            message: err.message,
-        })
+        post(&self.http, &self.join_url, request).await
     }
+}
+
+/// `path` on the https `server`.
+pub(crate) fn endpoint(server: &str, path: &str) -> Result<reqwest::Url, JoinError> {
+    let base = reqwest::Url::parse(server)
+        .map_err(|e| JoinError::Setup(format!("server URL {server}: {e}")))?;
+    if base.scheme() != "https" {
+        return Err(JoinError::Setup(format!(
+            "server URL {server} is not https"
+        )));
+    }
+    base.join(path)
+        .map_err(|e| JoinError::Setup(format!("server URL {server}: {e}")))
+}
+
+/// A rustls client config on aws-lc-rs trusting only the pinned TLS CA, up to the choice of
+/// client authentication.
+pub(crate) fn tls_builder(
+    trust: &JoinTrust,
+) -> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>, JoinError>
+{
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(trust.tls_ca_pem.as_bytes()) {
+        let cert = cert.map_err(|e| JoinError::Setup(format!("tlsCaPem: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| JoinError::Setup(format!("tlsCaPem: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(JoinError::Setup("tlsCaPem holds no certificate".into()));
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| JoinError::Setup(e.to_string()))?
+    .with_root_certificates(roots))
+}
+
+/// An HTTPS-only client over `tls`: no redirects, every exchange bounded in time.
+pub(crate) fn http_client(tls: rustls::ClientConfig) -> Result<reqwest::Client, JoinError> {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .https_only(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(ROUND_TIMEOUT)
+        .build()
+        .map_err(|e| JoinError::Setup(e.to_string()))
+}
+
+/// POSTs `body` as JSON and reads a (not yet verified) JoinResponse, or the API error.
+pub(crate) async fn post(
+    http: &reqwest::Client,
+    url: &reqwest::Url,
+    body: &impl serde::Serialize,
+) -> Result<JoinResponse, JoinError> {
+    let resp = http
+        .post(url.clone())
+        .json(body)
+        .send()
+        .await
+        .map_err(JoinError::Transport)?;
+    let status = resp.status();
+    let body = read_capped(resp).await?;
+    if status == reqwest::StatusCode::OK {
+        return serde_json::from_slice(&body)
+            .map_err(|e| ResponseError::Malformed(e.to_string()).into());
+    }
+    let err: ApiError = serde_json::from_slice(&body).unwrap_or(ApiError {
+        code: String::new(),
+        message: String::new(),
+    });
+    if status == reqwest::StatusCode::FORBIDDEN && err.code == ACCESS_DENIED {
+        return Err(JoinError::Denied);
+    }
+    Err(JoinError::Host {
+        status: status.as_u16(),
+        code: err.code,
+        message: err.message,
+    })
 }
 
 async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, JoinError> {

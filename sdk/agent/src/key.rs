@@ -4,6 +4,8 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
 use rcgen::{
     CertificateParams, DistinguishedName, DnType, KeyPair, PKCS_ECDSA_P256_SHA256,
     PublicKeyData as _,
@@ -19,6 +21,9 @@ pub enum KeyError {
     /// The loaded key is not a P-256 ECDSA key: the host certifies nothing else.
     #[error("the node key is not a P-256 ECDSA key")]
     NotP256,
+    /// Signing with the key failed.
+    #[error("signing with the node key failed")]
+    Sign,
     /// The key file could not be written or read.
     #[error("node key file {path}: {source}")]
     Io {
@@ -78,6 +83,46 @@ impl NodeKey {
         file.write_all(self.pair.serialize_pem().as_bytes())
             .map_err(io)?;
         file.sync_all().map_err(io)
+    }
+
+    /// Writes the key as PKCS#8 PEM to `path`, replacing whatever is there in one rename: a
+    /// reader sees the old file or the whole new one, never a part. The key is written to
+    /// `<path>.tmp` (mode 0600, synced) first.
+    pub fn save_replacing(&self, path: &Path) -> Result<(), KeyError> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(KeyError::Io {
+                    path: tmp.display().to_string(),
+                    source,
+                });
+            }
+        }
+        self.save(&tmp)?;
+        std::fs::rename(&tmp, path).map_err(|source| KeyError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// ES256 over `message`: ECDSA P-256 over its SHA-256, the signature fixed-width
+    /// `r || s` (64 bytes), as x509pop proofs carry it.
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, KeyError> {
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &self.pkcs8_der())
+            .map_err(|_| KeyError::NotP256)?;
+        let sig = pair
+            .sign(&SystemRandom::new(), message)
+            .map_err(|_| KeyError::Sign)?;
+        Ok(sig.as_ref().to_vec())
+    }
+
+    /// The key as PKCS#8 DER (for the TLS client certificate's key).
+    pub(crate) fn pkcs8_der(&self) -> Vec<u8> {
+        self.pair.serialize_der()
     }
 
     /// The SubjectPublicKeyInfo (DER): what the issued leaf must hold.
@@ -148,6 +193,38 @@ mod tests {
             KeyError::NotP256.to_string(),
             "the node key is not a P-256 ECDSA key"
         );
+    }
+
+    #[test]
+    fn signs_es256_fixed() {
+        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED, UnparsedPublicKey};
+        let key = NodeKey::generate().unwrap();
+        let sig = key.sign(b"message").unwrap();
+        assert_eq!(sig.len(), 64, "r || s");
+        let der = key.spki_der();
+        let (_, spki) = x509_parser::x509::SubjectPublicKeyInfo::from_der(&der).unwrap();
+        let public = UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, spki.subject_public_key.data);
+        public.verify(b"message", &sig).unwrap();
+        assert!(public.verify(b"other", &sig).is_err());
+        assert_eq!(
+            KeyError::Sign.to_string(),
+            "signing with the node key failed"
+        );
+    }
+
+    #[test]
+    fn save_replacing_swaps_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.key.next");
+        let (a, b) = (NodeKey::generate().unwrap(), NodeKey::generate().unwrap());
+        a.save_replacing(&path).unwrap();
+        // A stale temporary file from a crash does not get in the way.
+        std::fs::write(dir.path().join("node.key.next.tmp"), b"junk").unwrap();
+        b.save_replacing(&path).unwrap();
+        assert_eq!(NodeKey::load(&path).unwrap().spki_der(), b.spki_der());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!dir.path().join("node.key.next.tmp").exists());
     }
 
     #[test]

@@ -5,22 +5,41 @@
 //! follows deferrals (waits out a pending approval, answers challenges) with the same CSR, and
 //! accepts only a response signed by the pinned join signing key, bound to its CSR, whose leaf
 //! certificate holds its key, chains to the pinned node CA and names the node in its SPIFFE ID.
+//!
+//! A joined node keeps its certificate alive with [`Lifecycle`]: it renews over TLS
+//! authenticated by its current certificate ([`RenewClient`]) before the certificate runs out,
+//! and re-joins as itself with x509pop ([`X509popProducer`]) when it ran out anyway.
+//! [`plan_reset`] and [`apply_reset`] move an identity aside so the machine joins as new.
 
+mod cert;
 mod client;
 mod identity;
 mod key;
+mod lifecycle;
 mod producer;
+mod renew;
+mod reset;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod testutil;
 mod verify;
+mod x509pop;
 
+pub use cert::{CertError, NodeCert};
 pub use client::{
     JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
 };
 pub use identity::{
-    CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, ensure_no_identity, write_identity,
+    CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, LoadedIdentity, NEXT_KEY_FILE,
+    commit_next, ensure_no_identity, load_identity, stage_next_key, write_identity,
 };
 pub use key::{KeyError, NodeKey, build_csr};
+pub use lifecycle::{
+    Action, AttemptError, Clock, Lifecycle, LifecycleError, LifecycleEvent, RenewPolicy, Schedule,
+    Step, Validity,
+};
 pub use producer::{EvidenceProducer, JOIN_TOKEN, ProducerError, TokenProducer};
+pub use renew::{RenewClient, RenewError};
+pub use reset::{IDENTITY_FILES, ResetMove, apply_reset, plan_reset, utc_stamp};
 pub use verify::{ResponseError, Verified, verify_response};
+pub use x509pop::{X509POP, X509popProducer};

@@ -354,93 +354,22 @@ fn errors_display() {
 mod https {
     //! JoinClient against a local HTTPS server with a certificate from a test TLS CA.
 
-    use std::sync::Arc;
-
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use crate::testutil::{TlsCa, serve_https, tls_ca};
 
     use super::*;
 
-    struct TlsCa {
-        pem: String,
-        issuer: Issuer<'static, KeyPair>,
-    }
-
-    fn tls_ca() -> TlsCa {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let key = KeyPair::generate().unwrap();
-        let pem = params.self_signed(&key).unwrap().pem();
-        TlsCa {
-            pem,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// Serves one request on 127.0.0.1 with a certificate for `localhost` from `ca`, answering
-    /// `status` and `body`; returns the server URL and the request it read.
+    /// Serves one request without asking for a client certificate; returns the URL and the
+    /// request it read.
     async fn serve(
         ca: &TlsCa,
         status: &'static str,
         body: Vec<u8>,
-    ) -> (String, tokio::task::JoinHandle<Vec<u8>>) {
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec!["localhost".into()])
-            .unwrap()
-            .signed_by(&key, &ca.issuer)
-            .unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(cert.der().to_vec())],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        )
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!(
-            "https://localhost:{}",
-            listener.local_addr().unwrap().port()
-        );
-        let task = tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let Ok(mut tls) = acceptor.accept(tcp).await else {
-                return Vec::new();
-            };
-            let mut request = Vec::new();
-            let mut buf = [0u8; 4096];
-            loop {
-                let Ok(n) = tls.read(&mut buf).await else {
-                    return request;
-                };
-                request.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&request).to_lowercase();
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let len: usize = text
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map_or(0, |v| v.trim().parse().unwrap());
-                    if request.len() >= end + 4 + len || n == 0 {
-                        break;
-                    }
-                }
-            }
-            let head = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            // The client may hang up early (an oversized body): that is not the server's failure.
-            if tls.write_all(head.as_bytes()).await.is_ok() && tls.write_all(&body).await.is_ok() {
-                let _ = tls.shutdown().await;
-            }
-            request
-        });
-        (url, task)
+    ) -> (
+        String,
+        impl Future<Output = Result<Vec<u8>, tokio::task::JoinError>>,
+    ) {
+        let (url, task) = serve_https(ca, None, status, body).await;
+        (url, async move { task.await.map(|s| s.request) })
     }
 
     fn request() -> JoinRequest {

@@ -1,0 +1,499 @@
+//! Keeping a node certificate alive: renew before it runs out, back off on failure, and
+//! re-join as the same node with x509pop when it ran out anyway.
+//!
+//! The decisions are a small state machine, [`Schedule`]: given the time and the current
+//! certificate's validity it says how long to sleep or what to do ([`Step`]), and it is told
+//! how each attempt ended. [`Lifecycle::run`] wraps it with the files and the network:
+//!
+//! 1. load the identity from its directory ([`load_identity`]);
+//! 2. while more than [`RenewPolicy::renew_when_left`] of the lifetime is left, sleep;
+//! 3. renew: a new key staged as node.key.next, `POST /v1/renew` authenticated by the current
+//!    certificate, the answer verified, then the new certificate and key installed
+//!    ([`commit_next`]);
+//! 4. once the certificate has expired (the node was offline, or the host down past the
+//!    expiry), the host refuses renewals: re-join with x509pop, proving the old key over the
+//!    new CSR, which keeps the node id and raises its identity generation;
+//! 5. a failed attempt is logged as `renewal failed` (fields `attempt`, `expiresIn`) and
+//!    retried after an exponential backoff, from [`RenewPolicy::backoff_min`] doubling up to
+//!    [`RenewPolicy::backoff_max`], never past the certificate's expiry.
+//!
+//! The loop stops when its stop future completes, at any await point: a renewal cut off
+//! before [`commit_next`] leaves the old identity (and a stale node.key.next) in place.
+
+use std::path::PathBuf;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatehouse_proto::JoinTrust;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::cert::NodeCert;
+use crate::client::{JoinClient, JoinError, JoinOptions, join};
+use crate::identity::{
+    Identity, IdentityError, LoadedIdentity, commit_next, load_identity, stage_next_key,
+};
+use crate::key::{KeyError, NodeKey};
+use crate::renew::{RenewClient, RenewError};
+use crate::x509pop::{X509POP, X509popProducer, now_ms};
+
+/// Longest single sleep: the loop looks at the wall clock again at least this often, so a
+/// suspended machine or a clock step is noticed.
+const MAX_NAP: Duration = Duration::from_secs(60);
+
+/// When to renew and how to retry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenewPolicy {
+    /// Renew once less than this fraction of the certificate's lifetime is left (0 < f <= 1).
+    pub renew_when_left: f64,
+    /// The wait after the first failure; each further failure doubles it.
+    pub backoff_min: Duration,
+    /// The longest wait between two attempts.
+    pub backoff_max: Duration,
+}
+
+impl Default for RenewPolicy {
+    /// Renew with a third of the lifetime left; back off from 30 s to 10 min.
+    fn default() -> Self {
+        Self {
+            renew_when_left: 1.0 / 3.0,
+            backoff_min: Duration::from_secs(30),
+            backoff_max: Duration::from_secs(600),
+        }
+    }
+}
+
+impl RenewPolicy {
+    /// Refuses a fraction outside (0, 1], a zero backoff, or a minimum above the maximum.
+    pub fn validate(&self) -> Result<(), LifecycleError> {
+        let f = self.renew_when_left;
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(LifecycleError::Policy(format!(
+                "renew-when-left must be in (0, 1], not {f}"
+            )));
+        }
+        if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
+            return Err(LifecycleError::Policy(format!(
+                "the backoff must be 0 < min <= max, not {:?}..{:?}",
+                self.backoff_min, self.backoff_max
+            )));
+        }
+        Ok(())
+    }
+
+    /// The wait after the `attempt`th consecutive failure (1-based): `backoff_min * 2^(n-1)`,
+    /// at most `backoff_max`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(31);
+        self.backoff_min
+            .saturating_mul(1u32 << doublings)
+            .min(self.backoff_max)
+    }
+}
+
+/// A certificate's validity, ms since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    /// notBefore.
+    pub not_before_ms: i64,
+    /// notAfter.
+    pub not_after_ms: i64,
+}
+
+impl Validity {
+    /// When less than `left` of the lifetime remains.
+    pub fn renew_at_ms(&self, left: f64) -> i64 {
+        let lifetime = self.not_after_ms.saturating_sub(self.not_before_ms).max(0);
+        // The product is at most the lifetime, so it fits an i64.
+        let margin = (lifetime as f64 * left) as i64;
+        self.not_after_ms.saturating_sub(margin)
+    }
+}
+
+impl From<&NodeCert> for Validity {
+    fn from(c: &NodeCert) -> Self {
+        Self {
+            not_before_ms: c.not_before_ms,
+            not_after_ms: c.not_after_ms,
+        }
+    }
+}
+
+/// What an attempt does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `POST /v1/renew` with the current certificate.
+    Renew,
+    /// An x509pop join with the expired certificate.
+    Rejoin,
+}
+
+impl Action {
+    /// How the log names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Renew => "renew",
+            Action::Rejoin => "x509pop",
+        }
+    }
+}
+
+/// What to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing yet: look again after this long.
+    Sleep(Duration),
+    /// Attempt this now.
+    Act(Action),
+}
+
+/// The renewal state machine: when the next attempt is due and what it is.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    policy: RenewPolicy,
+    /// Consecutive failures of `retry`'s action.
+    failures: u32,
+    /// After a failure: the action that failed and when to try it again (ms).
+    retry: Option<(Action, i64)>,
+}
+
+impl Schedule {
+    /// A schedule with no failures behind it.
+    pub fn new(policy: RenewPolicy) -> Self {
+        Self {
+            policy,
+            failures: 0,
+            retry: None,
+        }
+    }
+
+    /// What to do at `now_ms` for a certificate valid as `validity`. Before the expiry the
+    /// action is a renewal, due when [`RenewPolicy::renew_when_left`] is reached, or after a
+    /// failure at its backoff (but no later than the expiry, when renewing stops making
+    /// sense); from the expiry on it is a re-join, due at once, or after a failed one at its
+    /// backoff.
+    pub fn step(&self, now_ms: i64, validity: Validity) -> Step {
+        let action = if now_ms >= validity.not_after_ms {
+            Action::Rejoin
+        } else {
+            Action::Renew
+        };
+        let due = match (self.retry, action) {
+            (Some((failed, at)), Action::Renew) if failed == action => {
+                at.min(validity.not_after_ms)
+            }
+            (Some((failed, at)), Action::Rejoin) if failed == action => at,
+            // The certificate expired while a renewal was backing off: re-join now.
+            (Some(_), _) => now_ms,
+            (None, Action::Renew) => validity.renew_at_ms(self.policy.renew_when_left),
+            (None, Action::Rejoin) => now_ms,
+        };
+        if now_ms >= due {
+            Step::Act(action)
+        } else {
+            let ms = u64::try_from(due - now_ms).unwrap_or(0);
+            Step::Sleep(Duration::from_millis(ms))
+        }
+    }
+
+    /// Records that `action` failed at `now_ms`; returns its attempt number (1 for the first
+    /// failure of this action in a row) and the wait before the next.
+    pub fn failed(&mut self, action: Action, now_ms: i64) -> (u32, Duration) {
+        if self.retry.is_some_and(|(a, _)| a != action) {
+            self.failures = 0;
+        }
+        self.failures = self.failures.saturating_add(1);
+        let wait = self.policy.backoff(self.failures);
+        let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        self.retry = Some((action, now_ms.saturating_add(wait_ms)));
+        (self.failures, wait)
+    }
+
+    /// Records a success: the new certificate is renewed on its own schedule.
+    pub fn succeeded(&mut self) {
+        self.failures = 0;
+        self.retry = None;
+    }
+}
+
+/// Why the loop stopped other than by its stop signal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LifecycleError {
+    /// The policy is unusable.
+    #[error("renew policy: {0}")]
+    Policy(String),
+    /// The identity could not be loaded (none yet, moved aside, or corrupt).
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+}
+
+/// Why one attempt failed; the loop logs it and retries.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttemptError {
+    /// The renewal failed.
+    #[error(transparent)]
+    Renew(#[from] RenewError),
+    /// The x509pop re-join failed.
+    #[error("x509pop re-join: {0}")]
+    Rejoin(#[from] JoinError),
+    /// The re-join admitted another node than this one.
+    #[error("the x509pop re-join admitted node {got}, not {expected}")]
+    OtherNode {
+        /// This node.
+        expected: String,
+        /// The node the host named.
+        got: String,
+    },
+    /// The next key could not be made or staged, or the new identity not installed.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+}
+
+impl From<KeyError> for AttemptError {
+    fn from(e: KeyError) -> Self {
+        Self::Identity(e.into())
+    }
+}
+
+/// What the loop did, for tests and supervisors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LifecycleEvent {
+    /// A renewal installed a new certificate.
+    Renewed {
+        /// The node id (unchanged).
+        node_id: String,
+        /// The new certificate's serial, hex.
+        serial: String,
+        /// Its notAfter, ms.
+        not_after_ms: i64,
+    },
+    /// An x509pop re-join installed a new certificate of the same node.
+    Rejoined {
+        /// The node id (unchanged).
+        node_id: String,
+        /// The new certificate's serial, hex.
+        serial: String,
+        /// Its notAfter, ms.
+        not_after_ms: i64,
+    },
+    /// An attempt failed and will be retried.
+    Failed {
+        /// What was attempted.
+        action: Action,
+        /// Its number among consecutive failures of that action.
+        attempt: u32,
+        /// The wait before the next attempt.
+        retry_in: Duration,
+        /// Why it failed.
+        error: String,
+    },
+}
+
+/// A clock in ms since the Unix epoch.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The renewal loop of one identity directory.
+#[derive(Clone)]
+pub struct Lifecycle {
+    server: String,
+    trust: JoinTrust,
+    dir: PathBuf,
+    policy: RenewPolicy,
+    options: JoinOptions,
+    events: Option<UnboundedSender<LifecycleEvent>>,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for Lifecycle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lifecycle")
+            .field("server", &self.server)
+            .field("dir", &self.dir)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lifecycle {
+    /// The loop for the identity in `dir`, renewed at `server` (trusting `trust`) under
+    /// `policy`.
+    pub fn new(server: &str, trust: JoinTrust, dir: PathBuf, policy: RenewPolicy) -> Self {
+        Self {
+            server: server.to_owned(),
+            trust,
+            dir,
+            policy,
+            options: JoinOptions::default(),
+            events: None,
+            clock: Arc::new(now_ms),
+        }
+    }
+
+    /// What an x509pop re-join sends besides its evidence (claims), and its loop's knobs.
+    pub fn with_join_options(mut self, options: JoinOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Reports each renewal, re-join and failure to `events`.
+    pub fn with_events(mut self, events: UnboundedSender<LifecycleEvent>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Uses `clock` instead of the system clock to decide when to act (tests on paused time).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Runs until `stop` completes (then `Ok`), or until the identity cannot be loaded.
+    /// Failed attempts never end the loop: they are logged and retried.
+    pub async fn run(&self, stop: impl Future<Output = ()>) -> Result<(), LifecycleError> {
+        self.policy.validate()?;
+        let mut schedule = Schedule::new(self.policy.clone());
+        let mut stop = pin!(stop);
+        loop {
+            let loaded = load_identity(&self.dir)?;
+            let validity = Validity::from(&loaded.cert);
+            match schedule.step((self.clock)(), validity) {
+                Step::Sleep(wait) => {
+                    tokio::select! {
+                        () = &mut stop => return Ok(()),
+                        () = tokio::time::sleep(wait.min(MAX_NAP)) => {}
+                    }
+                }
+                Step::Act(action) => {
+                    let node_id = loaded.identity.node_id.clone();
+                    let result = tokio::select! {
+                        () = &mut stop => return Ok(()),
+                        r = self.attempt(action, loaded) => r,
+                    };
+                    match result {
+                        Ok(identity) => {
+                            schedule.succeeded();
+                            self.report_success(action, &identity);
+                        }
+                        Err(e) => {
+                            let now = (self.clock)();
+                            let (attempt, retry_in) = schedule.failed(action, now);
+                            let expires_in = expires_in(validity.not_after_ms - now);
+                            tracing::warn!(
+                                node_id = %node_id,
+                                action = action.as_str(),
+                                attempt,
+                                expiresIn = %expires_in,
+                                retryIn = ?retry_in,
+                                error = %e,
+                                "renewal failed"
+                            );
+                            self.emit(LifecycleEvent::Failed {
+                                action,
+                                attempt,
+                                retry_in,
+                                error: e.to_string(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One renewal or re-join of `current`, installing the new identity on success.
+    pub async fn attempt(
+        &self,
+        action: Action,
+        current: LoadedIdentity,
+    ) -> Result<Identity, AttemptError> {
+        let next = NodeKey::generate()?;
+        stage_next_key(&self.dir, &next)?;
+        let node_id = current.identity.node_id.clone();
+        let (joined, attestor) = match action {
+            Action::Renew => {
+                let client =
+                    RenewClient::new(&self.server, &self.trust, &current.key, &current.chain)
+                        .map_err(RenewError::from)?;
+                let joined = client.renew(&self.trust, &node_id, &next).await?;
+                (joined, current.identity.attestor)
+            }
+            Action::Rejoin => {
+                let client = JoinClient::new(&self.server, &self.trust)?;
+                let mut producer =
+                    X509popProducer::new(current.key, current.chain).map_err(JoinError::from)?;
+                let joined = join(
+                    &client,
+                    &self.trust,
+                    &mut producer,
+                    None,
+                    &next,
+                    &self.options,
+                )
+                .await?;
+                if joined.node_id != node_id {
+                    return Err(AttemptError::OtherNode {
+                        expected: node_id,
+                        got: joined.node_id,
+                    });
+                }
+                (joined, X509POP.to_owned())
+            }
+        };
+        Ok(commit_next(&self.dir, &next, &joined, &attestor)?)
+    }
+
+    fn report_success(&self, action: Action, identity: &Identity) {
+        let serial = load_identity(&self.dir)
+            .map(|l| l.cert.serial)
+            .unwrap_or_default();
+        let (node_id, not_after_ms) = (identity.node_id.clone(), identity.not_after);
+        let until = expires_in(not_after_ms - (self.clock)());
+        match action {
+            Action::Renew => {
+                tracing::info!(node_id = %node_id, serial = %serial, expiresIn = %until, "renewed");
+                self.emit(LifecycleEvent::Renewed {
+                    node_id,
+                    serial,
+                    not_after_ms,
+                });
+            }
+            Action::Rejoin => {
+                tracing::info!(
+                    node_id = %node_id,
+                    serial = %serial,
+                    expiresIn = %until,
+                    "re-joined with x509pop after the certificate expired"
+                );
+                self.emit(LifecycleEvent::Rejoined {
+                    node_id,
+                    serial,
+                    not_after_ms,
+                });
+            }
+        }
+    }
+
+    fn emit(&self, event: LifecycleEvent) {
+        if let Some(tx) = &self.events {
+            // A receiver that went away only stops listening; the loop goes on.
+            let _ = tx.send(event);
+        }
+    }
+}
+
+/// `ms` as the log shows it: whole seconds, negative once expired (`-1h 2m 5s`).
+fn expires_in(ms: i64) -> String {
+    let secs = Duration::from_secs(ms.unsigned_abs() / 1000);
+    let text = humantime::format_duration(secs).to_string();
+    if ms < 0 && !secs.is_zero() {
+        format!("-{text}")
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;
