@@ -11,3 +11,4 @@ mod nodes;
 mod renew;
 mod response;
 mod sandbox;
+mod x509pop;
