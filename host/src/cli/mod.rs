@@ -83,23 +83,16 @@ impl Cli {
 }
 
 /// A destructive command ran without `--yes`: it printed what it would do and changed
-/// nothing. [`run`] exits 2 on it.
+/// nothing. The binary exits 2 on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("not confirmed: nothing changed (pass --yes)")]
 pub struct NotConfirmed;
 
-/// Runs the command; the exit code is the binary's. A destructive command without `--yes`
-/// ([`NotConfirmed`]) exits the process with status 2 once its plan is printed.
+/// Runs the command, printing to stdout. A destructive command without `--yes` returns
+/// [`NotConfirmed`] once its plan is printed; the binary exits 2 on it.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout();
-    match execute(cli, &mut stdout).await {
-        Err(e) if e.downcast_ref::<NotConfirmed>().is_some() => {
-            use std::io::Write as _;
-            let _ = stdout.flush();
-            std::process::exit(2)
-        }
-        other => other,
-    }
+    execute(cli, &mut stdout).await
 }
 
 /// Runs the command, writing the `nodes` commands' output to `out` (the others print to

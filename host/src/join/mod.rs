@@ -324,7 +324,8 @@ impl JoinService {
                     .await
                     .map_err(|e| unavailable("rekey", e))?;
                 if !moved {
-                    // Another reclaim of this node committed first; the agent may retry.
+                    // Another reclaim committed first, or the node was retired or deleted
+                    // meanwhile: the agent retries and is then admitted or refused afresh.
                     return Err(unavailable("rekey", "a concurrent reclaim moved the node"));
                 }
                 tx.revoke_node_certs_below(id, generation)

@@ -25,28 +25,32 @@ struct Embedded {
 }
 
 /// The SQLite migrations, in order.
-static SQLITE: &[Embedded] = &[Embedded {
-    version: 1,
-    description: "init",
-    sql: include_str!("../../migrations/sqlite/0001_init.sql"),
-},
-Embedded {
-    version: 2,
-    description: "node_lifecycle",
-    sql: include_str!("../../migrations/sqlite/0002_node_lifecycle.sql"),
-}];
+static SQLITE: &[Embedded] = &[
+    Embedded {
+        version: 1,
+        description: "init",
+        sql: include_str!("../../migrations/sqlite/0001_init.sql"),
+    },
+    Embedded {
+        version: 2,
+        description: "node_lifecycle",
+        sql: include_str!("../../migrations/sqlite/0002_node_lifecycle.sql"),
+    },
+];
 
 /// The Postgres migrations, in order.
-static POSTGRES: &[Embedded] = &[Embedded {
-    version: 1,
-    description: "init",
-    sql: include_str!("../../migrations/postgres/0001_init.sql"),
-},
-Embedded {
-    version: 2,
-    description: "node_lifecycle",
-    sql: include_str!("../../migrations/postgres/0002_node_lifecycle.sql"),
-}];
+static POSTGRES: &[Embedded] = &[
+    Embedded {
+        version: 1,
+        description: "init",
+        sql: include_str!("../../migrations/postgres/0001_init.sql"),
+    },
+    Embedded {
+        version: 2,
+        description: "node_lifecycle",
+        sql: include_str!("../../migrations/postgres/0002_node_lifecycle.sql"),
+    },
+];
 
 /// The migrations of one backend, as a source sqlx's [`Migrator`] resolves.
 #[derive(Debug)]
