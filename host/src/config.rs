@@ -293,8 +293,8 @@ mod tests {
 
     #[test]
     fn attestor_config_becomes_json() {
-        let c = parse(&format!("{BASE}[attestors.x509pop.config]\ngrace_ms = 5\n")).unwrap();
-        assert_eq!(c.runtime().attestors["x509pop"].config["grace_ms"], 5);
+        let c = parse(&format!("{BASE}[attestors.x509pop.config]\ngraceMs = 5\n")).unwrap();
+        assert_eq!(c.runtime().attestors["x509pop"].config["graceMs"], 5);
     }
 
     #[test]

@@ -522,10 +522,9 @@ async fn x509pop_each_refusal_reaches_the_agent_as_access_denied_with_its_reason
     }
 }
 
-/// The same proof twice, one host: the first re-joins, and its reclaim superseded the
-/// certificate, so the replay is refused before the ledger is reached. A proof the ledger
-/// already holds (committed by another replica) is refused as reused. Two copies racing on
-/// one host: exactly one admits.
+/// The same proof twice, one host: the first re-joins; the replay is refused as reused (the
+/// proof is judged before the certificate its first use superseded). A proof the ledger
+/// already holds is refused as reused. Two copies racing on one host: exactly one admits.
 async fn proof_admits_once_on_one_host(backend: Backend) {
     let host = TestHost::start(backend).await;
 
@@ -534,7 +533,7 @@ async fn proof_admits_once_on_one_host(backend: Backend) {
     send(&host, &request).await.unwrap();
     let before = snapshot(&host, &held.node_id).await;
     assert_denied(send(&host, &request).await, "replay");
-    assert_last_reason(&host, "old-generation").await;
+    assert_last_reason(&host, "proof-reused").await;
     assert_eq!(snapshot(&host, &held.node_id).await, before);
 
     // The ledger's subject is the SHA-256 of the signing input.
@@ -565,10 +564,7 @@ async fn proof_admits_once_on_one_host(backend: Backend) {
     );
     assert_denied(if a.is_ok() { b } else { a }, "racing replay");
     let reason = host.refusal_reasons().await.pop().unwrap();
-    assert!(
-        reason == "old-generation" || reason == "proof-reused",
-        "{backend:?}: {reason}"
-    );
+    assert_eq!(reason, "proof-reused", "{backend:?}");
     let rows = certs(&host, &held.node_id).await;
     assert_eq!(rows.iter().filter(|c| c.generation == 2).count(), 1);
     host.stop().await;
@@ -646,9 +642,9 @@ async fn replicas(data: &Path, url: &str) -> (TestHost, TestHost) {
     (first, second)
 }
 
-/// The same proof sent to a second replica: after the first admission it is refused, and
-/// when both are in flight at once the database's single-use ledger refuses the second as
-/// reused while the first is still uncommitted.
+/// The same proof sent to a second replica: after the first admission it is refused as
+/// reused, and when both are in flight at once the database's single-use ledger refuses the
+/// second as reused while the first is still uncommitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x509pop_a_proof_admits_once_across_replicas() {
     if !backends().contains(&Backend::Postgres) {
@@ -667,7 +663,7 @@ async fn x509pop_a_proof_admits_once_across_replicas() {
         send(&second, &request).await,
         "replay on the second replica",
     );
-    assert_last_reason(&second, "old-generation").await;
+    assert_last_reason(&second, "proof-reused").await;
     assert_eq!(snapshot(&second, &held.node_id).await, before);
 
     // In flight together. The test holds the node's row, so the first replica's join stops at

@@ -12,14 +12,18 @@
 //! 2. the leaf is byte for byte a certificate this host issued (a `node_certs` row), to the
 //!    node the evidence names;
 //! 3. that node exists and is not retired;
-//! 4. the certificate is of the node's current identity generation and not revoked;
-//! 5. its role is the requested one (`node-tenant` counting as `node`);
-//! 6. it expired at most `graceMs` ago, by database time (one still valid will do too);
-//! 7. `clientTime` is within `windowMs` of database time;
-//! 8. the signature verifies with the certificate's key;
-//! 9. the proof was not used before: the single-use ledger is keyed on the SHA-256 of the
+//! 4. `clientTime` is within `windowMs` of database time;
+//! 5. the signature verifies with the certificate's key;
+//! 6. the proof was not used before: the single-use ledger is keyed on the SHA-256 of the
 //!    signing input, not on the signature bytes (ECDSA signatures are malleable: a second
-//!    valid signature over the same input is easy to make from the first).
+//!    valid signature over the same input is easy to make from the first). The proof is
+//!    judged before the certificate, so a replay is refused as one even after the first use
+//!    superseded the certificate;
+//! 7. the certificate is of the node's current identity generation and not revoked;
+//! 8. its role is the requested one (`node-tenant` counting as `node`);
+//! 9. it expired at most `graceMs` ago, by database time (one still valid will do too);
+//! 10. it names no TPM-held key (`urn:bc:tpm-ak:`), which comes back only through its TPM:
+//!     no downgrade to an unattested key.
 //!
 //! Only the leaf is looked at: the host's own `node_certs` row is the authority, so the
 //! issuer certificates are accepted as sent and never trusted. The result names the node, so
@@ -59,6 +63,11 @@ pub const CLOCK_SKEW: &str = "clock-skew";
 pub const BAD_SIGNATURE: &str = "bad-signature";
 /// The same proof (the same signing input) admitted a join before.
 pub const PROOF_REUSED: &str = "proof-reused";
+/// The certificate names a TPM-held key (`urn:bc:tpm-ak:`): it re-joins only with its TPM.
+pub const KEY_ATTESTATION_REQUIRED: &str = "key-attestation-required";
+
+/// The statement of a certificate whose key a TPM holds and an attestation key certified.
+const TPM_AK_STATEMENT: &str = "urn:bc:tpm-ak:";
 
 /// Default `graceMs`: 7 days.
 pub const DEFAULT_GRACE_MS: u64 = 7 * DAY_MS;
@@ -190,28 +199,13 @@ impl X509pop {
             return Err(refusal(RETIRED));
         }
 
-        // 4. Revocation and the identity generation.
-        if let Some(code) = revocation_refusal(&cert, node.identity_generation) {
-            return Err(refusal(code));
-        }
-
-        // 5. The role.
-        if certified_role(&cert.role) != Some(request.role) {
-            return Err(refusal(reason::WRONG_ROLE));
-        }
-
-        // 6. Expiry, by database time.
+        // 4. Freshness of the proof, by database time.
         let now = cx.tx.now();
-        if cert.not_after.saturating_add(self.grace_ms) < now {
-            return Err(refusal(EXPIRED_PAST_GRACE));
-        }
-
-        // 7. Freshness of the proof.
         if now.abs_diff(evidence.client_time) > self.window_ms.unsigned_abs() {
             return Err(refusal(CLOCK_SKEW));
         }
 
-        // 8. The proof, by the certificate's key, over this request's CSR.
+        // 5. The proof, by the certificate's key, over this request's CSR.
         let csr_sha256: &[u8; 32] = request
             .csr_sha256
             .as_slice()
@@ -228,7 +222,9 @@ impl X509pop {
             )
             .map_err(|_| refusal(BAD_SIGNATURE))?;
 
-        // 9. Once: keyed on what was signed, never on the (malleable) signature.
+        // 6. Once: keyed on what was signed, never on the (malleable) signature. Checked before
+        // the certificate's state, so a replay is named a replay even after the first use
+        // superseded the certificate; a refusal below rolls the record back.
         let subject = ledger_subject(&cx.crypto.sha256(&input));
         let expires_at = evidence
             .client_time
@@ -240,6 +236,31 @@ impl X509pop {
                 UseError::Reused => refusal(PROOF_REUSED),
                 UseError::Storage => refusal(reason::STORAGE),
             })?;
+
+        // 7. Revocation and the identity generation.
+        if let Some(code) = revocation_refusal(&cert, node.identity_generation) {
+            return Err(refusal(code));
+        }
+
+        // 8. The role.
+        if certified_role(&cert.role) != Some(request.role) {
+            return Err(refusal(reason::WRONG_ROLE));
+        }
+
+        // 9. Expiry, by database time.
+        if cert.not_after.saturating_add(self.grace_ms) < now {
+            return Err(refusal(EXPIRED_PAST_GRACE));
+        }
+
+        // 10. No downgrade: a certificate naming a TPM-held key comes back only through its TPM,
+        // never as an unattested key.
+        if cert
+            .statements
+            .iter()
+            .any(|s| s.starts_with(TPM_AK_STATEMENT))
+        {
+            return Err(refusal(KEY_ATTESTATION_REQUIRED));
+        }
 
         Ok(AttestationResult {
             node_id: Some(node.id),
