@@ -236,6 +236,19 @@ async fn refuses_each_leaf_that_may_not_renew(backend: Backend) {
     let now = host.now().await;
     let fresh = || NodeKey::generate().unwrap();
     let ca = host.running.pki.node_ca_der().to_vec();
+    let spki = node.key.spki_der();
+    // A certificate of the node's key, as the host records its own.
+    let issue = async |generation: u32, not_before: i64, not_after: i64| {
+        host.issue_cert(
+            &node.node_id,
+            &spki,
+            NodeRole::Node,
+            generation,
+            not_before,
+            not_after,
+        )
+        .await
+    };
     let mut expected = vec![];
 
     // No client certificate.
@@ -253,30 +266,12 @@ async fn refuses_each_leaf_that_may_not_renew(backend: Backend) {
     expected.push(("unknown-certificate".to_owned(), None));
 
     // Expired an hour ago: renewal refuses expired certificates (x509pop re-joins them).
-    let expired = host
-        .issue_cert(
-            &node.node_id,
-            &node.key.spki_der(),
-            NodeRole::Node,
-            1,
-            now - 2 * 3_600_000,
-            now - 3_600_000,
-        )
-        .await;
+    let expired = issue(1, now - 2 * 3_600_000, now - 3_600_000).await;
     assert_denied(renew(&host, Some((&[expired, ca.clone()], &node.key)), &fresh()).await);
     expected.push(("expired".to_owned(), Some(node.node_id.clone())));
 
     // One certificate revoked by an operator.
-    let single = host
-        .issue_cert(
-            &node.node_id,
-            &node.key.spki_der(),
-            NodeRole::Node,
-            1,
-            now - 60_000,
-            now + 3_600_000,
-        )
-        .await;
+    let single = issue(1, now - 60_000, now + 3_600_000).await;
     {
         let mut tx = host.running.db.begin().await.unwrap();
         let row = tx.node_cert_by_der(&single).await.unwrap().unwrap();
@@ -305,16 +300,7 @@ async fn refuses_each_leaf_that_may_not_renew(backend: Backend) {
 
     // A certificate of the current generation issued after that renews; after a reclaim
     // moved the node on, it is of an older generation.
-    let current = host
-        .issue_cert(
-            &node.node_id,
-            &node.key.spki_der(),
-            NodeRole::Node,
-            2,
-            now - 60_000,
-            now + 3_600_000,
-        )
-        .await;
+    let current = issue(2, now - 60_000, now + 3_600_000).await;
     let current_chain = vec![current, ca.clone()];
     issued(
         renew(&host, Some((&current_chain, &node.key)), &fresh())

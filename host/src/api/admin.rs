@@ -253,6 +253,25 @@ async fn lock_live_node(tx: &mut Tx, id: &str) -> Result<Option<NodeRow>, ApiErr
     Ok(tx.lock_node(id).await?.filter(|n| n.deleted_at.is_none()))
 }
 
+/// What every operator action on a node starts with: the admin key, a well-formed id, and a
+/// transaction holding the live (not deleted) node's row locked; `NotFound` otherwise.
+async fn begin_node_action(
+    state: &AppState,
+    headers: &HeaderMap,
+    id: &str,
+) -> Result<(Tx, NodeRow), ApiError> {
+    authorize(state, headers)?;
+    path_node_id(id)?;
+    let mut tx = state.db.begin().await?;
+    match lock_live_node(&mut tx, id).await? {
+        Some(node) => Ok((tx, node)),
+        None => {
+            tx.rollback().await?;
+            Err(ApiError::NotFound)
+        }
+    }
+}
+
 /// Appends the event of an operator's action on `node`.
 async fn node_event(
     tx: &mut Tx,
@@ -347,13 +366,7 @@ async fn set_cordon(
     id: &str,
     cordoned: bool,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    authorize(state, headers)?;
-    path_node_id(id)?;
-    let mut tx = state.db.begin().await?;
-    let Some(node) = lock_live_node(&mut tx, id).await? else {
-        tx.rollback().await?;
-        return Err(ApiError::NotFound);
-    };
+    let (mut tx, node) = begin_node_action(state, headers, id).await?;
     let changed = node.cordoned != cordoned;
     if changed {
         let at = tx.now().await?;
@@ -383,13 +396,7 @@ pub(super) async fn retire_node(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    authorize(&state, &headers)?;
-    path_node_id(&id)?;
-    let mut tx = state.db.begin().await?;
-    let Some(node) = lock_live_node(&mut tx, &id).await? else {
-        tx.rollback().await?;
-        return Err(ApiError::NotFound);
-    };
+    let (mut tx, node) = begin_node_action(&state, &headers, &id).await?;
     let mut revoked = 0;
     let changed = !node.retired;
     if changed {
@@ -427,13 +434,7 @@ pub(super) async fn delete_node(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    authorize(&state, &headers)?;
-    path_node_id(&id)?;
-    let mut tx = state.db.begin().await?;
-    let Some(node) = lock_live_node(&mut tx, &id).await? else {
-        tx.rollback().await?;
-        return Err(ApiError::NotFound);
-    };
+    let (mut tx, node) = begin_node_action(&state, &headers, &id).await?;
     let revoked = live_certs(&mut tx, &id).await?;
     let bindings: Vec<_> = tx
         .node_bindings(&id)
@@ -483,13 +484,7 @@ pub(super) async fn revoke_node_identity(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    authorize(&state, &headers)?;
-    path_node_id(&id)?;
-    let mut tx = state.db.begin().await?;
-    let Some(node) = lock_live_node(&mut tx, &id).await? else {
-        tx.rollback().await?;
-        return Err(ApiError::NotFound);
-    };
+    let (mut tx, node) = begin_node_action(&state, &headers, &id).await?;
     if node.retired {
         tx.rollback().await?;
         return Err(ApiError::InvalidInput(
@@ -532,13 +527,8 @@ pub(super) async fn revoke_node_cert(
     Path((id, serial)): Path<(String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     authorize(&state, &headers)?;
-    path_node_id(&id)?;
     let serial = path_serial(&serial)?;
-    let mut tx = state.db.begin().await?;
-    let Some(node) = lock_live_node(&mut tx, &id).await? else {
-        tx.rollback().await?;
-        return Err(ApiError::NotFound);
-    };
+    let (mut tx, node) = begin_node_action(&state, &headers, &id).await?;
     let Some(cert) = tx
         .node_certs(&id)
         .await?

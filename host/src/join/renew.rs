@@ -163,31 +163,28 @@ async fn lookup(
     tx: &mut Tx,
     leaf: &[u8],
 ) -> Result<Option<(NodeCertRow, Option<NodeRow>, i64)>, JoinError> {
-    let Some(cert) = tx
-        .node_cert_by_der(leaf)
-        .await
-        .map_err(|e| unavailable("node_cert", e))?
-    else {
+    let Some(first) = cert_row(tx, leaf).await? else {
         return Ok(None);
     };
     // Locked (FOR UPDATE on Postgres; SQLite serialises writers), so an operator's retire,
     // delete or revoke-identity either commits first and is seen here, or waits for this
-    // renewal and then revokes the certificate it issued too.
-    // The certificate is read again under the lock: an operator's change to it committed
-    // while this waited is seen.
+    // renewal and then revokes the certificate it issued too. The certificate is read again
+    // under the lock: an operator's change to it committed while this waited is seen.
     let node = tx
-        .lock_node(&cert.node_id)
+        .lock_node(&first.node_id)
         .await
         .map_err(|e| unavailable("node", e))?;
-    let Some(cert) = tx
-        .node_cert_by_der(leaf)
-        .await
-        .map_err(|e| unavailable("node_cert", e))?
-    else {
+    let Some(cert) = cert_row(tx, leaf).await? else {
         return Ok(None);
     };
     let now = tx.now().await.map_err(|e| unavailable("now", e))?;
     Ok(Some((cert, node, now)))
+}
+
+async fn cert_row(tx: &mut Tx, leaf: &[u8]) -> Result<Option<NodeCertRow>, JoinError> {
+    tx.node_cert_by_der(leaf)
+        .await
+        .map_err(|e| unavailable("node_cert", e))
 }
 
 #[cfg(test)]
