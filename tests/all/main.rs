@@ -8,6 +8,7 @@ mod agent_lifecycle;
 mod common;
 mod join_token;
 mod nodes;
+mod pools;
 mod renew;
 mod response;
 mod sandbox;

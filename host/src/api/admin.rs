@@ -66,7 +66,7 @@ struct Expect {
 }
 
 /// An id as this API takes them: 1 to 128 ASCII letters, digits, `-`, `_` or `.`.
-fn is_id(v: &str) -> bool {
+pub(super) fn is_id(v: &str) -> bool {
     !v.is_empty()
         && v.len() <= 128
         && v.bytes()

@@ -5,6 +5,7 @@ mod admin;
 mod error;
 mod join;
 mod mtls;
+mod pools;
 mod renew;
 
 use std::net::SocketAddr;
@@ -78,6 +79,16 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/admin/nodes/{id}/certs/{serial}/revoke",
             post(admin::revoke_node_cert),
+        )
+        .route(
+            "/v1/admin/pools",
+            post(pools::create_pool).get(pools::list_pools),
+        )
+        .route(
+            "/v1/admin/pools/{tenant}/{id}",
+            get(pools::show_pool)
+                .put(pools::update_pool)
+                .post(pools::update_pool),
         )
         .route("/v1/admin/events", get(admin::list_events))
         .route("/v1/admin/audits", get(admin::list_audits))

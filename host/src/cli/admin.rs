@@ -722,6 +722,201 @@ fn write_node(out: &mut (dyn Write + Send), n: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[derive(Debug, Subcommand)]
+pub(super) enum PoolsCommand {
+    /// Creates a pool; with --join-attestors only those attestors admit machines into it.
+    Create(CreatePoolArgs),
+    /// Lists pools and their join policy.
+    List(ListArgs),
+    /// Shows a pool (`TENANT/ID`).
+    Show(ShowPoolArgs),
+    /// Replaces a pool's join policy as a whole.
+    Update(UpdatePoolArgs),
+}
+
+#[derive(Debug, Args)]
+pub(super) struct CreatePoolArgs {
+    /// The pool id.
+    id: String,
+    /// Its tenant.
+    #[arg(long, default_value = "root")]
+    tenant: String,
+    /// The only attestors that may admit a machine into it (1 to 16 ids, comma-separated);
+    /// without it, every attestor may.
+    #[arg(long, value_delimiter = ',')]
+    join_attestors: Option<Vec<String>>,
+    /// Who owns it (a lessee).
+    #[arg(long)]
+    owner: Option<String>,
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ShowPoolArgs {
+    /// `TENANT/ID`.
+    pool: String,
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("policy").required(true).args(["join_attestors", "any_attestor"])))]
+pub(super) struct UpdatePoolArgs {
+    /// The pool id.
+    id: String,
+    /// Its tenant.
+    #[arg(long, default_value = "root")]
+    tenant: String,
+    /// The only attestors that may admit a machine into it (1 to 16 ids, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    join_attestors: Option<Vec<String>>,
+    /// Let every attestor admit machines into it (lifts --join-attestors).
+    #[arg(long)]
+    any_attestor: bool,
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+/// The policy body of a pool command: `{"joinAttestors": [...]}`, or `{}` for any attestor.
+fn pool_policy(join_attestors: Option<&[String]>) -> Value {
+    match join_attestors {
+        Some(ids) => json!({ "joinAttestors": ids }),
+        None => json!({}),
+    }
+}
+
+/// How a pool's policy reads: the attestors it lists, or `any attestor`.
+fn pool_attestors(pool: &Value) -> String {
+    match pool["policy"]["joinAttestors"].as_array() {
+        Some(ids) => ids.iter().map(text).collect::<Vec<_>>().join(","),
+        None => "any attestor".to_owned(),
+    }
+}
+
+pub(super) async fn pools(
+    command: PoolsCommand,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    match command {
+        PoolsCommand::Create(a) => {
+            let body = json!({
+                "tenantId": a.tenant,
+                "id": a.id,
+                "policy": pool_policy(a.join_attestors.as_deref()),
+                "owner": a.owner,
+            });
+            let pool = Client::new(&a.conn)?
+                .call(reqwest::Method::POST, "/v1/admin/pools", Some(body))
+                .await?;
+            if a.json {
+                write_json(out, &pool)?;
+            } else {
+                writeln!(
+                    out,
+                    "pool {}/{} created: join attestors {}",
+                    text(&pool["tenantId"]),
+                    text(&pool["id"]),
+                    pool_attestors(&pool)
+                )?;
+            }
+        }
+        PoolsCommand::List(a) => {
+            let list = Client::new(&a.conn)?
+                .call(reqwest::Method::GET, "/v1/admin/pools", None)
+                .await?;
+            if a.json {
+                write_json(out, &list)?;
+            } else {
+                write_pool_table(out, &list)?;
+            }
+        }
+        PoolsCommand::Show(a) => {
+            let Some((tenant, id)) = a.pool.split_once('/') else {
+                bail!("name the pool as TENANT/ID (e.g. root/{})", a.pool);
+            };
+            let tenant = segment("tenant", tenant)?;
+            let id = segment("pool id", id)?;
+            let pool = Client::new(&a.conn)?
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/v1/admin/pools/{tenant}/{id}"),
+                    None,
+                )
+                .await?;
+            if a.json {
+                write_json(out, &pool)?;
+            } else {
+                for (label, value) in [
+                    ("pool", text(&pool["id"]).to_owned()),
+                    ("tenant", text(&pool["tenantId"]).to_owned()),
+                    ("owner", text(&pool["owner"]).to_owned()),
+                    ("join attestors", pool_attestors(&pool)),
+                ] {
+                    writeln!(out, "{label:<15} {value}")?;
+                }
+            }
+        }
+        PoolsCommand::Update(a) => {
+            let tenant = segment("tenant", &a.tenant)?;
+            let id = segment("pool id", &a.id)?;
+            let ids = a.join_attestors.as_deref().filter(|_| !a.any_attestor);
+            let body = json!({ "policy": pool_policy(ids) });
+            let pool = Client::new(&a.conn)?
+                .call(
+                    reqwest::Method::PUT,
+                    &format!("/v1/admin/pools/{tenant}/{id}"),
+                    Some(body),
+                )
+                .await?;
+            if a.json {
+                write_json(out, &pool)?;
+            } else if pool["changed"].as_bool() == Some(true) {
+                writeln!(
+                    out,
+                    "pool {tenant}/{id} updated: join attestors {}",
+                    pool_attestors(&pool)
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "pool {tenant}/{id} unchanged: join attestors {}",
+                    pool_attestors(&pool)
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_pool_table(out: &mut (dyn Write + Send), list: &Value) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{:<12} {:<28} {:<16} JOIN ATTESTORS",
+        "TENANT", "ID", "OWNER"
+    )?;
+    for p in list.as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{:<12} {:<28} {:<16} {}",
+            text(&p["tenantId"]),
+            text(&p["id"]),
+            text(&p["owner"]),
+            pool_attestors(p)
+        )?;
+    }
+    Ok(())
+}
+
 pub(super) async fn attestors(command: AttestorsCommand) -> anyhow::Result<()> {
     let AttestorsCommand::List(a) = command;
     let list = Client::new(&a.conn)?
@@ -936,5 +1131,78 @@ mod tests {
         for bad in ["", "../tokens", "a/b", "a?b", "a b", "a#"] {
             assert!(segment("node id", bad).is_err(), "{bad:?}");
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod pool_tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn pools_command(args: &[&str]) -> Result<PoolsCommand, clap::Error> {
+        let cli = Cli::try_parse_args(
+            ["gatehouse", "pools"]
+                .iter()
+                .chain(args)
+                .chain(&["--server", "https://h"]),
+        )?;
+        match cli.command {
+            Command::Pools { command } => Ok(command),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn pool_commands_parse() {
+        match pools_command(&["create", "gpu", "--join-attestors", "tpm,x509pop"]).unwrap() {
+            PoolsCommand::Create(a) => {
+                assert_eq!((a.id.as_str(), a.tenant.as_str()), ("gpu", "root"));
+                let ids = a.join_attestors.unwrap();
+                assert_eq!(ids, ["tpm", "x509pop"]);
+                assert_eq!(
+                    pool_policy(Some(&ids)),
+                    json!({ "joinAttestors": ["tpm", "x509pop"] })
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match pools_command(&["update", "gpu", "--tenant", "t1", "--any-attestor"]).unwrap() {
+            PoolsCommand::Update(a) => {
+                assert!(a.any_attestor && a.join_attestors.is_none());
+                assert_eq!(a.tenant, "t1");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(pool_policy(None), json!({}));
+        // An update says what the policy becomes: one of the two, never neither or both.
+        assert!(pools_command(&["update", "gpu"]).is_err());
+        assert!(
+            pools_command(&["update", "gpu", "--any-attestor", "--join-attestors", "tpm"]).is_err()
+        );
+        assert!(matches!(
+            pools_command(&["show", "root/gpu"]).unwrap(),
+            PoolsCommand::Show(_)
+        ));
+        assert!(matches!(
+            pools_command(&["list"]).unwrap(),
+            PoolsCommand::List(_)
+        ));
+    }
+
+    #[test]
+    fn pool_output_is_readable() {
+        let list = json!([
+            { "tenantId": "root", "id": "gpu", "owner": "lessee-1",
+              "policy": { "joinAttestors": ["tpm", "x509pop"] } },
+            { "tenantId": "root", "id": "cpu", "owner": null, "policy": {} }
+        ]);
+        let mut out = Vec::new();
+        write_pool_table(&mut out, &list).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[1].starts_with("root") && lines[1].ends_with(" tpm,x509pop"));
+        assert!(lines[2].ends_with(" any attestor"), "{text}");
     }
 }

@@ -36,6 +36,11 @@ enum Command {
         #[command(subcommand)]
         command: admin::NodesCommand,
     },
+    /// Pools and their join policy (through the admin API).
+    Pools {
+        #[command(subcommand)]
+        command: admin::PoolsCommand,
+    },
     /// Prints events (through the admin API).
     Events(admin::EventsArgs),
     /// Attestors (through the admin API).
@@ -95,8 +100,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     execute(cli, &mut stdout).await
 }
 
-/// Runs the command, writing the `nodes` commands' output to `out` (the others print to
-/// stdout). Returns [`NotConfirmed`] for a destructive command without `--yes`.
+/// Runs the command, writing the `nodes` and `pools` commands' output to `out` (the others
+/// print to stdout). Returns [`NotConfirmed`] for a destructive command without `--yes`.
 pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
@@ -105,6 +110,7 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         } => pki_init::run(args),
         Command::Token { command } => admin::token(command).await,
         Command::Nodes { command } => admin::nodes(command, out).await,
+        Command::Pools { command } => admin::pools(command, out).await,
         Command::Events(args) => admin::events(args).await,
         Command::Attestors { command } => admin::attestors(command).await,
         Command::Bench(args) => bench::run(args).await,

@@ -291,11 +291,30 @@ impl JoinService {
                 round.node_id = result.node_id.clone();
                 round.tenant_id = result.tenant_id.clone();
                 return Err(self
-                    .refuse(round, Decision::refused(&refusal.reason()))
+                    .refuse(round, Decision::refused_by_policy(refusal))
                     .await);
             }
         };
         round.tenant_id = Some(placement.tenant_id.clone());
+
+        // The pool's joinAttestors, before any reclaim, binding or insert. The attestor has
+        // verified the machine already, so the refusal is the pool owner's: the event is the
+        // pool's tenant's and names the pool and its owner.
+        if let Some(pool_id) = &placement.pool_id {
+            let pool = tx
+                .pool(&placement.tenant_id, pool_id)
+                .await
+                .map_err(|e| unavailable("pool", e))?;
+            if let Err(refusal) = policy::pool_admits(pool.as_ref(), &round.attestor) {
+                drop(tx);
+                round.node_id = placement.node_id.clone();
+                let owner = pool.and_then(|p| p.owner);
+                let decision = Decision::refused_by_policy(refusal)
+                    .with("poolId", pool_id.as_str())
+                    .with("owner", owner);
+                return Err(self.refuse(round, decision).await);
+            }
+        }
 
         // Bindings: a hardware identity bound to another node never admits this one.
         for b in &result.bindings {

@@ -3,8 +3,9 @@
 //! The attestor decides *who* the machine is; this module decides whether that answer may
 //! stand: that a token the attestor spent is the request's token and was spent exactly once,
 //! that the token is live and of a role that admits the requested role, the token's `expect`
-//! binding and `reclaim` flag, tenant/pool/site consistency with the token and the node, and
-//! that no certificate statement is written that renewal could not prove again.
+//! binding and `reclaim` flag, tenant/pool/site consistency with the token and the node, that
+//! no certificate statement is written that renewal could not prove again, and the pool's
+//! `joinAttestors` ([`pool_admits`]).
 //!
 //! Everything here is a pure function of the data JoinService read in the transaction, so each
 //! rule is tested on its own.
@@ -14,6 +15,7 @@ use gatehouse_proto::{Claims, Role};
 use crate::imports::Effects;
 use crate::runtime::bindings::transaction::{Node, Token};
 use crate::runtime::bindings::types::{AttestationResult, JoinRole, TokenRole};
+use crate::store::PoolRow;
 
 /// Why JoinService overrode an admission. Each becomes the refusal reason in the event and the
 /// audit row.
@@ -71,6 +73,10 @@ pub enum PolicyRefusal {
     /// host does not issue yet).
     #[error("allowed-kinds")]
     AllowedKinds,
+    /// The machine's pool lists the attestors that may admit into it (`joinAttestors`), and
+    /// the round's attestor is not one of them.
+    #[error("pool-attestor")]
+    PoolAttestor,
 }
 
 impl PolicyRefusal {
@@ -188,6 +194,16 @@ pub fn check(f: &Facts<'_>) -> Result<Placement, PolicyRefusal> {
         site_id,
         token_id: token.map(|t| t.id.clone()),
     })
+}
+
+/// The pool's `joinAttestors`: a pool that lists attestors admits only machines one of them
+/// admitted; a pool without the list (or no pool) admits whichever attestor did. Checked after
+/// [`check`] placed the machine, before any reclaim, binding or insert.
+pub fn pool_admits(pool: Option<&PoolRow>, attestor: &str) -> Result<(), PolicyRefusal> {
+    match pool.and_then(|p| p.join_attestors.as_deref()) {
+        Some(listed) if !listed.iter().any(|a| a == attestor) => Err(PolicyRefusal::PoolAttestor),
+        _ => Ok(()),
+    }
 }
 
 /// The token this join spent, after checking the attestor's accounting: the result names a
@@ -507,6 +523,40 @@ mod tests {
             run(&r, &effects(t), &c, Some(&site)),
             Err(PolicyRefusal::WrongRole)
         );
+    }
+
+    fn pool(join_attestors: Option<&[&str]>) -> PoolRow {
+        PoolRow {
+            tenant_id: "root".into(),
+            id: "gpu".into(),
+            join_attestors: join_attestors.map(|l| l.iter().map(|a| (*a).to_owned()).collect()),
+            owner: Some("lessee-1".into()),
+        }
+    }
+
+    #[test]
+    fn a_pool_admits_only_the_attestors_it_lists() {
+        assert_eq!(pool_admits(None, "join-token"), Ok(()));
+        assert_eq!(pool_admits(Some(&pool(None)), "join-token"), Ok(()));
+        let tpm_only = pool(Some(&["tpm"]));
+        assert_eq!(
+            pool_admits(Some(&tpm_only), "join-token"),
+            Err(PolicyRefusal::PoolAttestor)
+        );
+        assert_eq!(pool_admits(Some(&tpm_only), "tpm"), Ok(()));
+        let both = pool(Some(&["join-token", "x509pop"]));
+        assert_eq!(pool_admits(Some(&both), "x509pop"), Ok(()));
+        assert_eq!(pool_admits(Some(&both), "join-token"), Ok(()));
+        // Ids compare exactly: no case folding, no prefixes.
+        assert_eq!(
+            pool_admits(Some(&both), "X509POP"),
+            Err(PolicyRefusal::PoolAttestor)
+        );
+        assert_eq!(
+            pool_admits(Some(&pool(Some(&["x509pop"]))), "x509"),
+            Err(PolicyRefusal::PoolAttestor)
+        );
+        assert_eq!(PolicyRefusal::PoolAttestor.reason(), "pool-attestor");
     }
 
     #[test]

@@ -73,6 +73,13 @@ pub(super) struct Decision {
     reason: Option<String>,
     /// For the log only (never the agent, never the event): what exactly went wrong.
     detail: Option<String>,
+    /// JoinService's policy, not the attestor, refused: the event's payload also carries the
+    /// reason as the seed names it, `join:<reason>` (`qualifiedReason`). The `reason` column
+    /// and the audit row keep the bare code.
+    by_join_service: bool,
+    /// More fields for the event's payload (the pool and its owner of a `pool-attestor`
+    /// refusal).
+    extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Decision {
@@ -81,6 +88,8 @@ impl Decision {
             result: AuditResult::Admitted,
             reason: None,
             detail: None,
+            by_join_service: false,
+            extra: serde_json::Map::new(),
         }
     }
 
@@ -89,6 +98,8 @@ impl Decision {
             result: AuditResult::Deferred,
             reason: None,
             detail: None,
+            by_join_service: false,
+            extra: serde_json::Map::new(),
         }
     }
 
@@ -97,7 +108,31 @@ impl Decision {
             result: AuditResult::Refused,
             reason: Some(reason.to_owned()),
             detail: None,
+            by_join_service: false,
+            extra: serde_json::Map::new(),
         }
+    }
+
+    /// A refusal by JoinService's own policy (see `by_join_service`).
+    pub(super) fn refused_by_policy(refusal: super::policy::PolicyRefusal) -> Self {
+        Self {
+            by_join_service: true,
+            ..Self::refused(&refusal.reason())
+        }
+    }
+
+    /// Adds a field to the event's payload.
+    pub(super) fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.extra.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// `join:<reason>` for a refusal by JoinService's policy.
+    fn qualified_reason(&self) -> Option<String> {
+        self.reason
+            .as_deref()
+            .filter(|_| self.by_join_service)
+            .map(|r| format!("join:{r}"))
     }
 
     pub(super) fn detail(mut self, detail: String) -> Self {
@@ -125,7 +160,7 @@ pub(super) async fn write(
 ) -> Result<(), StoreError> {
     let at = tx.now().await?;
     let node_key = super::node_key_label(round.node_key);
-    let payload = serde_json::json!({
+    let mut payload = serde_json::json!({
         "attestor": round.attestor,
         "round": round.round,
         "reason": decision.reason,
@@ -135,6 +170,14 @@ pub(super) async fn write(
         "subject": round.subject,
         "nodeKey": node_key,
     });
+    if let Some(fields) = payload.as_object_mut() {
+        if let Some(qualified) = decision.qualified_reason() {
+            fields.insert("qualifiedReason".to_owned(), qualified.into());
+        }
+        for (k, v) in &decision.extra {
+            fields.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
     tx.insert_audit(&NewAudit {
         at,
         attestor: round.attestor.clone(),

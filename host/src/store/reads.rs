@@ -70,6 +70,49 @@ impl Tx {
         self.execute(q).await.map(drop)
     }
 
+    /// Whether a tenant exists.
+    pub async fn tenant_exists(&mut self, id: &str) -> Result<bool, StoreError> {
+        let q = sqlx::query("SELECT id FROM tenants WHERE id = $1").bind(id);
+        Ok(self.fetch_optional(q).await?.is_some())
+    }
+
+    /// Creates a pool unless the tenant has one of that id already; whether it did.
+    pub async fn create_pool(&mut self, p: &PoolRow) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "INSERT INTO pools (tenant_id, id, join_attestors, owner) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (tenant_id, id) DO NOTHING",
+        )
+        .bind(&p.tenant_id)
+        .bind(&p.id)
+        .bind(p.join_attestors.as_deref().map(json_list))
+        .bind(&p.owner);
+        Ok(self.execute(q).await? == 1)
+    }
+
+    /// Every pool, by tenant and id.
+    pub async fn list_pools(&mut self) -> Result<Vec<PoolRow>, StoreError> {
+        let q = sqlx::query(
+            "SELECT tenant_id, id, join_attestors, owner FROM pools ORDER BY tenant_id, id",
+        );
+        self.fetch_all(q).await?.iter().map(pool).collect()
+    }
+
+    /// Replaces a pool's policy (`join_attestors`; `None` admits every attestor); whether
+    /// the pool exists.
+    pub async fn update_pool_policy(
+        &mut self,
+        tenant_id: &str,
+        pool_id: &str,
+        join_attestors: Option<&[String]>,
+    ) -> Result<bool, StoreError> {
+        let q =
+            sqlx::query("UPDATE pools SET join_attestors = $3 WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant_id)
+                .bind(pool_id)
+                .bind(join_attestors.map(json_list));
+        Ok(self.execute(q).await? == 1)
+    }
+
     /// Looks up a pool of a tenant.
     pub async fn pool(
         &mut self,
@@ -164,5 +207,50 @@ impl Tx {
         .bind(token_id);
         let row = self.fetch_optional(q).await?;
         row.as_ref().map(workflow).transpose()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+
+    fn gpu(join_attestors: Option<Vec<String>>) -> PoolRow {
+        PoolRow {
+            tenant_id: "root".into(),
+            id: "gpu".into(),
+            join_attestors,
+            owner: Some("lessee-1".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn pools_are_created_once_listed_and_their_policy_replaced() {
+        for t in testing::all().await {
+            let mut tx = t.db.begin().await.unwrap();
+            assert!(tx.tenant_exists("root").await.unwrap());
+            assert!(!tx.tenant_exists("nobody").await.unwrap());
+            let tpm = Some(vec!["tpm".to_owned()]);
+            assert!(tx.create_pool(&gpu(tpm.clone())).await.unwrap());
+            // A second create of the same id changes nothing.
+            assert!(!tx.create_pool(&gpu(None)).await.unwrap());
+            assert_eq!(tx.list_pools().await.unwrap(), [gpu(tpm)]);
+
+            let both = ["join-token".to_owned(), "x509pop".to_owned()];
+            assert!(
+                tx.update_pool_policy("root", "gpu", Some(&both))
+                    .await
+                    .unwrap()
+            );
+            assert_eq!(
+                tx.pool("root", "gpu").await.unwrap(),
+                Some(gpu(Some(both.to_vec())))
+            );
+            assert!(tx.update_pool_policy("root", "gpu", None).await.unwrap());
+            assert_eq!(tx.pool("root", "gpu").await.unwrap(), Some(gpu(None)));
+            assert!(!tx.update_pool_policy("root", "cpu", None).await.unwrap());
+            tx.commit().await.unwrap();
+        }
     }
 }
