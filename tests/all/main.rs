@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod agent_lifecycle;
+mod approval;
+mod audit;
 mod common;
 mod join_token;
 mod nodes;

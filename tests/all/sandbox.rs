@@ -103,6 +103,9 @@ async fn faults(fixture: &str, id: &'static str, reason: &str) {
 mod fixtures {
     use super::*;
 
+    /// Defers for operator approval (tests/all/approval.rs).
+    pub(super) use crate::approval::pending_until_approved_through_the_cli_then_admitted_once as approval;
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn loop_forever() {
         faults(

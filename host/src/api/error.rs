@@ -25,6 +25,10 @@ pub enum ApiError {
     /// No such object.
     #[error("not found")]
     NotFound,
+    /// The object is not in a state that allows the action (a decision on a join request
+    /// that is no longer pending).
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// The host failed (database, signing); logged with the detail.
     #[error("internal error: {0}")]
     Internal(String),
@@ -50,6 +54,7 @@ impl ApiError {
                 "a valid admin key is required".into(),
             ),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND", "not found".into()),
+            ApiError::Conflict(m) => (StatusCode::CONFLICT, "CONFLICT", m.clone()),
             ApiError::Internal(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "UNAVAILABLE",
@@ -98,6 +103,8 @@ mod tests {
             (status, code, message.as_str()),
             (StatusCode::FORBIDDEN, "ACCESS_DENIED", "Renew refused")
         );
+        let (status, code, _) = ApiError::Conflict("the join request is denied".into()).parts();
+        assert_eq!((status, code), (StatusCode::CONFLICT, "CONFLICT"));
         let (_, _, message) = ApiError::Internal("db password wrong".into()).parts();
         assert!(!message.contains("password"));
     }

@@ -4,6 +4,7 @@
 mod admin;
 mod error;
 mod join;
+mod join_requests;
 mod mtls;
 mod pools;
 mod renew;
@@ -89,6 +90,22 @@ pub fn router(state: AppState) -> Router {
             get(pools::show_pool)
                 .put(pools::update_pool)
                 .post(pools::update_pool),
+        )
+        .route(
+            "/v1/admin/join-requests",
+            get(join_requests::list_join_requests),
+        )
+        .route(
+            "/v1/admin/join-requests/{id}",
+            get(join_requests::show_join_request),
+        )
+        .route(
+            "/v1/admin/join-requests/{id}/approve",
+            post(join_requests::approve_join_request),
+        )
+        .route(
+            "/v1/admin/join-requests/{id}/deny",
+            post(join_requests::deny_join_request),
         )
         .route("/v1/admin/events", get(admin::list_events))
         .route("/v1/admin/audits", get(admin::list_audits))

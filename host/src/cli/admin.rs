@@ -963,6 +963,188 @@ pub(super) async fn events(args: EventsArgs) -> anyhow::Result<()> {
     }
 }
 
+#[derive(Debug, Subcommand)]
+pub(super) enum JoinRequestsCommand {
+    /// Lists join requests waiting for an operator (or all of them, newest first).
+    List(JoinRequestListArgs),
+    /// Shows a join request and what the attestor saw.
+    Show(JoinRequestArgs),
+    /// Approves a request: the machine's next round with the same CSR is admitted, once,
+    /// into the tenant, pool and site given.
+    Approve(ApproveArgs),
+    /// Denies a request: the machine's next round is refused.
+    Deny(JoinRequestArgs),
+}
+
+#[derive(Debug, Args)]
+pub(super) struct JoinRequestListArgs {
+    /// Which requests: pending, approved, denied, expired or all.
+    #[arg(long, default_value = "pending", value_parser = ["pending", "approved", "denied", "expired", "all"])]
+    state: String,
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct JoinRequestArgs {
+    /// The join request id (`jr_...`).
+    id: String,
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ApproveArgs {
+    /// The join request id (`jr_...`).
+    id: String,
+    /// The tenant the machine joins.
+    #[arg(long, default_value = "root")]
+    tenant: String,
+    /// The pool it joins (one of the tenant's).
+    #[arg(long)]
+    pool: Option<String>,
+    /// The site it belongs to.
+    #[arg(long)]
+    site: Option<String>,
+    /// Print the API's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+pub(super) async fn join_requests(
+    command: JoinRequestsCommand,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    match command {
+        JoinRequestsCommand::List(a) => {
+            let list = Client::new(&a.conn)?
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/v1/admin/join-requests?state={}", a.state),
+                    None,
+                )
+                .await?;
+            if a.json {
+                write_json(out, &list)?;
+            } else {
+                write_join_request_table(out, &list)?;
+            }
+        }
+        JoinRequestsCommand::Show(a) => {
+            let id = segment("join request id", &a.id)?;
+            let request = Client::new(&a.conn)?
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/v1/admin/join-requests/{id}"),
+                    None,
+                )
+                .await?;
+            if a.json {
+                write_json(out, &request)?;
+            } else {
+                write_join_request(out, &request)?;
+            }
+        }
+        JoinRequestsCommand::Approve(a) => {
+            let id = segment("join request id", &a.id)?;
+            let body = json!({ "tenantId": a.tenant, "poolId": a.pool, "siteId": a.site });
+            let decided = Client::new(&a.conn)?
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/admin/join-requests/{id}/approve"),
+                    Some(body),
+                )
+                .await?;
+            if a.json {
+                write_json(out, &decided)?;
+            } else {
+                writeln!(
+                    out,
+                    "approved {id} ({} {}): tenant {}, pool {}, site {}",
+                    text(&decided["attestor"]),
+                    text(&decided["subject"]),
+                    text(&decided["tenantId"]),
+                    text(&decided["poolId"]),
+                    text(&decided["siteId"])
+                )?;
+            }
+        }
+        JoinRequestsCommand::Deny(a) => {
+            let id = segment("join request id", &a.id)?;
+            let decided = Client::new(&a.conn)?
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/admin/join-requests/{id}/deny"),
+                    None,
+                )
+                .await?;
+            if a.json {
+                write_json(out, &decided)?;
+            } else {
+                writeln!(
+                    out,
+                    "denied {id} ({} {})",
+                    text(&decided["attestor"]),
+                    text(&decided["subject"])
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_join_request_table(out: &mut (dyn Write + Send), list: &Value) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{:<35} {:<14} {:<44} {:<8} {:<20} EXPIRES",
+        "ID", "ATTESTOR", "SUBJECT", "STATE", "CREATED"
+    )?;
+    for r in list.as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{:<35} {:<14} {:<44} {:<8} {:<20} {}",
+            text(&r["id"]),
+            text(&r["attestor"]),
+            text(&r["subject"]),
+            text(&r["state"]),
+            time(&r["createdAt"]),
+            time(&r["expiresAt"])
+        )?;
+    }
+    Ok(())
+}
+
+fn write_join_request(out: &mut (dyn Write + Send), r: &Value) -> anyhow::Result<()> {
+    for (label, value) in [
+        ("request", text(&r["id"]).to_owned()),
+        ("attestor", text(&r["attestor"]).to_owned()),
+        ("subject", text(&r["subject"]).to_owned()),
+        ("state", text(&r["state"]).to_owned()),
+        ("csr sha256", text(&r["csrSha256"]).to_owned()),
+        ("tenant", text(&r["tenantId"]).to_owned()),
+        ("pool", text(&r["poolId"]).to_owned()),
+        ("site", text(&r["siteId"]).to_owned()),
+        ("created", time(&r["createdAt"])),
+        ("decided", time(&r["decidedAt"])),
+        ("expires", time(&r["expiresAt"])),
+    ] {
+        writeln!(out, "{label:<11} {value}")?;
+    }
+    writeln!(out, "details")?;
+    for line in serde_json::to_string_pretty(&r["details"])?.lines() {
+        writeln!(out, "  {line}")?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -1123,6 +1305,76 @@ mod tests {
             text.lines().nth(1).unwrap().starts_with("node_1 "),
             "{text}"
         );
+    }
+
+    #[test]
+    fn join_request_commands_parse() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_args(
+                ["gatehouse", "join-requests"]
+                    .iter()
+                    .chain(args)
+                    .chain(&["--server", "https://h"]),
+            );
+            match cli.map(|c| c.command) {
+                Ok(Command::JoinRequests { command }) => Some(command),
+                _ => None,
+            }
+        };
+        match parse(&["list"]) {
+            Some(JoinRequestsCommand::List(a)) => {
+                assert_eq!((a.state.as_str(), a.json), ("pending", false))
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["list", "--state", "all", "--json"]) {
+            Some(JoinRequestsCommand::List(a)) => {
+                assert_eq!((a.state.as_str(), a.json), ("all", true))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["list", "--state", "open"]).is_none());
+        match parse(&["approve", "jr_1", "--pool", "p", "--site", "s"]) {
+            Some(JoinRequestsCommand::Approve(a)) => assert_eq!(
+                (
+                    a.id.as_str(),
+                    a.tenant.as_str(),
+                    a.pool.as_deref(),
+                    a.site.as_deref()
+                ),
+                ("jr_1", "root", Some("p"), Some("s"))
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(&["deny", "jr_1"]),
+            Some(JoinRequestsCommand::Deny(_))
+        ));
+        assert!(matches!(
+            parse(&["show", "jr_1"]),
+            Some(JoinRequestsCommand::Show(_))
+        ));
+        assert!(parse(&["approve"]).is_none());
+    }
+
+    #[test]
+    fn join_requests_are_readable() {
+        let r = json!({
+            "id": "jr_1", "attestor": "approval", "subject": "uuid:u-1",
+            "details": { "productUuid": "u-1" }, "csrSha256": "ab", "state": "pending",
+            "tenantId": null, "poolId": null, "siteId": null,
+            "createdAt": 1_700_000_000_000_i64, "decidedAt": null, "expiresAt": 1_700_086_400_000_i64
+        });
+        let mut out = Vec::new();
+        write_join_request(&mut out, &r).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("subject     uuid:u-1\n"), "{text}");
+        assert!(text.contains("decided     -\n"), "{text}");
+        assert!(text.contains("  \"productUuid\": \"u-1\""), "{text}");
+        let mut out = Vec::new();
+        write_join_request_table(&mut out, &json!([r])).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.lines().nth(1).unwrap().starts_with("jr_1 "), "{text}");
     }
 
     #[test]

@@ -41,6 +41,11 @@ enum Command {
         #[command(subcommand)]
         command: admin::PoolsCommand,
     },
+    /// Join requests waiting for an operator's approval (through the admin API).
+    JoinRequests {
+        #[command(subcommand)]
+        command: admin::JoinRequestsCommand,
+    },
     /// Prints events (through the admin API).
     Events(admin::EventsArgs),
     /// Attestors (through the admin API).
@@ -111,6 +116,7 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Token { command } => admin::token(command).await,
         Command::Nodes { command } => admin::nodes(command, out).await,
         Command::Pools { command } => admin::pools(command, out).await,
+        Command::JoinRequests { command } => admin::join_requests(command, out).await,
         Command::Events(args) => admin::events(args).await,
         Command::Attestors { command } => admin::attestors(command).await,
         Command::Bench(args) => bench::run(args).await,

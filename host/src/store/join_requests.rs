@@ -1,6 +1,7 @@
 //! Join requests an operator decides (enrollment): opened by an attestor for a machine it
 //! cannot place, approved or denied by an operator, consumed by the next round with the same
-//! CSR. Reads and writes are scoped to the attestor that opened them.
+//! CSR. Reads and writes are scoped to the attestor that opened them; the operator's reads
+//! ([`Tx::list_join_requests`], [`Tx::find_join_request`]) and decision are not.
 
 use serde::de::IgnoredAny;
 use sqlx::any::AnyRow;
@@ -47,6 +48,9 @@ fn request(row: &AnyRow) -> Result<JoinRequestRow, StoreError> {
         expires_at: f.i64("expires_at")?,
     })
 }
+
+/// The most requests one listing returns.
+const JOIN_REQUESTS_LIST_MAX: u32 = 1000;
 
 fn new_id() -> String {
     format!("jr_{}", hex::encode(rand::random::<[u8; 16]>()))
@@ -191,5 +195,123 @@ impl Tx {
         .bind(site_id)
         .bind(now);
         Ok(self.execute(q).await? > 0)
+    }
+
+    /// Join requests of every attestor, newest first (at most [`JOIN_REQUESTS_LIST_MAX`]),
+    /// with their state as of database time; only those in `state` when given (a pending
+    /// request past its expiry is listed as expired, not pending).
+    pub async fn list_join_requests(
+        &mut self,
+        state: Option<JoinRequestState>,
+    ) -> Result<Vec<JoinRequestRow>, StoreError> {
+        macro_rules! list {
+            ($now:expr) => {
+                concat!(
+                    "SELECT * FROM (SELECT ",
+                    effective_state!($now),
+                    ", ",
+                    columns!(),
+                    " FROM join_requests) AS r WHERE ($1 IS NULL OR r.state = $1) \
+                     ORDER BY r.created_at DESC, r.id DESC LIMIT $2"
+                )
+            };
+        }
+        let sql = self.pick(list!(sqlite_now!()), list!(postgres_now!()));
+        let q = sqlx::query(sql)
+            .bind(state.map(|s| s.as_str()))
+            .bind(i64::from(JOIN_REQUESTS_LIST_MAX));
+        let rows = self.fetch_all(q).await?;
+        rows.iter().map(request).collect()
+    }
+
+    /// Reads a join request, whichever attestor opened it, as of database time.
+    pub async fn find_join_request(
+        &mut self,
+        id: &str,
+    ) -> Result<Option<JoinRequestRow>, StoreError> {
+        macro_rules! find {
+            ($now:expr) => {
+                concat!(
+                    "SELECT ",
+                    effective_state!($now),
+                    ", ",
+                    columns!(),
+                    " FROM join_requests WHERE id = $1"
+                )
+            };
+        }
+        let sql = self.pick(find!(sqlite_now!()), find!(postgres_now!()));
+        let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
+        row.as_ref().map(request).transpose()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+
+    #[tokio::test]
+    async fn operators_list_and_find_every_attestors_requests() {
+        for t in testing::all().await {
+            let mut tx = t.db.begin().await.unwrap();
+            let now = tx.now().await.unwrap();
+            let later = now + 60_000;
+            let first = tx
+                .open_join_request("tpm", "ek:1", &[1; 32], "{}", now, later)
+                .await
+                .unwrap();
+            let second = tx
+                .open_join_request("approval", "uuid:2", &[2; 32], "{}", now + 1, later)
+                .await
+                .unwrap();
+            let lapsed = tx
+                .open_join_request("tpm", "ek:3", &[3; 32], "{}", now - 10_000, now - 1)
+                .await
+                .unwrap();
+            let ids =
+                |rows: Vec<JoinRequestRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+
+            // Newest first; a pending request past its expiry is not pending.
+            let pending = tx
+                .list_join_requests(Some(JoinRequestState::Pending))
+                .await
+                .unwrap();
+            assert_eq!(ids(pending), [second.id.clone(), first.id.clone()]);
+            let expired = tx
+                .list_join_requests(Some(JoinRequestState::Expired))
+                .await
+                .unwrap();
+            assert_eq!(ids(expired), [lapsed.id.clone()]);
+            assert_eq!(tx.list_join_requests(None).await.unwrap().len(), 3);
+
+            let deny = JoinDecision::Deny;
+            assert!(
+                tx.decide_join_request(&first.id, &deny, now + 2)
+                    .await
+                    .unwrap()
+            );
+            let found = tx.find_join_request(&first.id).await.unwrap().unwrap();
+            assert_eq!(
+                (found.attestor.as_str(), found.state, found.decided_at),
+                ("tpm", JoinRequestState::Denied, Some(now + 2))
+            );
+            let denied = tx
+                .list_join_requests(Some(JoinRequestState::Denied))
+                .await
+                .unwrap();
+            assert_eq!(ids(denied), [first.id.clone()]);
+            assert_eq!(
+                tx.find_join_request(&lapsed.id)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .state,
+                JoinRequestState::Expired
+            );
+            assert!(tx.find_join_request("jr_none").await.unwrap().is_none());
+            tx.commit().await.unwrap();
+        }
     }
 }
