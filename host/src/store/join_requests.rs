@@ -278,12 +278,12 @@ mod tests {
                 .list_join_requests(Some(JoinRequestState::Pending))
                 .await
                 .unwrap();
-            assert_eq!(ids(pending), [second.id.clone(), first.id.clone()]);
+            assert_eq!(ids(pending), [second.id.as_str(), first.id.as_str()]);
             let expired = tx
                 .list_join_requests(Some(JoinRequestState::Expired))
                 .await
                 .unwrap();
-            assert_eq!(ids(expired), [lapsed.id.clone()]);
+            assert_eq!(ids(expired), [lapsed.id.as_str()]);
             assert_eq!(tx.list_join_requests(None).await.unwrap().len(), 3);
 
             let deny = JoinDecision::Deny;
@@ -301,7 +301,7 @@ mod tests {
                 .list_join_requests(Some(JoinRequestState::Denied))
                 .await
                 .unwrap();
-            assert_eq!(ids(denied), [first.id.clone()]);
+            assert_eq!(ids(denied), [first.id.as_str()]);
             assert_eq!(
                 tx.find_join_request(&lapsed.id)
                     .await
