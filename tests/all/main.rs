@@ -7,6 +7,7 @@
 mod agent_lifecycle;
 mod approval;
 mod audit;
+mod challenge;
 mod common;
 mod join_token;
 mod nodes;

@@ -105,6 +105,8 @@ mod fixtures {
 
     /// Defers for operator approval (tests/all/approval.rs).
     pub(super) use crate::approval::pending_until_approved_through_the_cli_then_admitted_once as approval;
+    /// Challenges, then admits on the answer (tests/all/challenge.rs).
+    pub(super) use crate::challenge::challenge_two_rounds_spend_the_token_only_on_the_final_one as challenge;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn loop_forever() {

@@ -1,8 +1,12 @@
 //! The host side of the WIT `crypto` interface: native (aws-lc-rs) hashing, signature and
 //! chain verification, and sealing of challenge state under the host's challenge key, scoped
-//! to the calling attestor.
+//! to the calling attestor, lasting at most five minutes by the join transaction's database
+//! time.
+
+use std::time::Instant;
 
 use super::{CallState, TxBackend};
+use crate::pki::StateError;
 use crate::pki::verify::{self, ChainError, Scheme, VerifyError};
 use crate::runtime::bindings::crypto::{CryptoError, Host, SignatureScheme, VerifiedChain};
 
@@ -58,12 +62,13 @@ impl<B: TxBackend> Host for CallState<B> {
         plaintext: Vec<u8>,
         binding: Vec<u8>,
     ) -> wasmtime::Result<Vec<u8>> {
+        let now = self.database_now("seal-state").await?;
         let Some(session) = self.session.as_ref() else {
             wasmtime::bail!("seal-state is only available inside verify");
         };
         session
             .pki
-            .seal_state(&session.attestor, &binding, &plaintext)
+            .seal_state(&session.attestor, &binding, &plaintext, now)
             .map_err(|e| wasmtime::format_err!("seal-state: {e}"))
     }
 
@@ -72,13 +77,35 @@ impl<B: TxBackend> Host for CallState<B> {
         sealed: Vec<u8>,
         binding: Vec<u8>,
     ) -> wasmtime::Result<Result<Vec<u8>, CryptoError>> {
+        let now = self.database_now("open-state").await?;
         let Some(session) = self.session.as_ref() else {
             wasmtime::bail!("open-state is only available inside verify");
         };
         Ok(session
             .pki
-            .open_state(&session.attestor, &binding, &sealed)
-            .map_err(|_| CryptoError::Unsealable))
+            .open_state(&session.attestor, &binding, &sealed, now)
+            .map_err(|e| match e {
+                StateError::Expired => CryptoError::Expired,
+                _ => CryptoError::Unsealable,
+            }))
+    }
+}
+
+impl<B: TxBackend> CallState<B> {
+    /// The join transaction's database time, which sealed state's expiry is set and checked
+    /// by (the clock every replica shares; on PostgreSQL the transaction's start). It is a
+    /// transaction call like `tx.now` (counted, timed); a failure traps, and counts as a
+    /// storage failure so the call cannot admit.
+    async fn database_now(&mut self, what: &str) -> wasmtime::Result<i64> {
+        let session = self.enter()?;
+        let started = Instant::now();
+        let now = session.backend.now().await;
+        if let Err(e) = &now {
+            tracing::warn!(attestor = %session.attestor, error = %e, "{what}: database clock unavailable");
+            session.effects.storage_failures += 1;
+        }
+        self.host_time += started.elapsed();
+        now.map_err(|_| wasmtime::format_err!("{what}: database clock unavailable"))
     }
 }
 

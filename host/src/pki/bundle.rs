@@ -330,8 +330,8 @@ mod tests {
         assert_eq!(back.join_encryption_public(), pki.join_encryption_public());
         assert_eq!(*back.challenge_secret, *pki.challenge_secret);
         // The loaded CA key is the CA's: what it issues chains to the CA.
-        let sealed = pki.seal_state("a", b"b", b"state").unwrap();
-        assert_eq!(back.open_state("a", b"b", &sealed).unwrap(), b"state");
+        let sealed = pki.seal_state("a", b"b", b"state", 0).unwrap();
+        assert_eq!(back.open_state("a", b"b", &sealed, 0).unwrap(), b"state");
 
         // Public parts are readable without the secret; private parts are not in clear.
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();

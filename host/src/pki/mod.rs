@@ -35,7 +35,7 @@ pub use csr::{CsrError, MAX_CSR_LEN, VerifiedCsr, verify_csr};
 pub use dev_tls::{DevTls, dev_tls};
 pub use identity::{IdentityError, spiffe_node_id};
 pub use issue::{IssueError, IssueRequest, IssuedCert, MAX_URIS, STATEMENT_PREFIX};
-pub use state::{MAX_BINDING_LEN, MAX_STATE_LEN, StateError};
+pub use state::{MAX_BINDING_LEN, MAX_STATE_LEN, MAX_STATE_TTL_MS, StateError};
 
 /// How long a generated node CA is valid.
 const CA_VALIDITY_DAYS: i64 = 3653;
