@@ -3,11 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use crate::api::{self, AppState, ServerHandle};
 use crate::config::Config;
+use crate::join::sink::{RefusalSink, SinkError, SinkWorker};
 use crate::join::{JoinService, JoinSettings};
 use crate::pki::Pki;
 use crate::runtime::Runtime;
@@ -52,6 +54,9 @@ pub enum StartError {
     /// The TLS files do not load.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The refusal sink cannot be set up (`[audit.sink]`).
+    #[error("audit sink: {0}")]
+    Sink(#[from] SinkError),
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -98,6 +103,23 @@ pub struct Running {
     pub pki: Arc<Pki>,
     /// JoinService.
     pub join: Arc<JoinService>,
+    /// The refusal sink's delivery task, when `[audit.sink]` is configured.
+    pub sink: Option<SinkWorker>,
+}
+
+/// How long [`Running::shutdown`] lets the refusal sink deliver what is still queued.
+pub const SINK_DRAIN_DEADLINE: Duration = Duration::from_secs(5);
+
+impl Running {
+    /// Stops the API (open connections finish their requests), lets the refusal sink deliver
+    /// what is queued for at most [`SINK_DRAIN_DEADLINE`], and closes the database.
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
+        if let Some(sink) = self.sink {
+            sink.shutdown(SINK_DRAIN_DEADLINE).await;
+        }
+        self.db.close().await;
+    }
 }
 
 /// Starts a host: database (migrated), PKI, attestors, API.
@@ -122,14 +144,21 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let db = Db::connect(&config.database_url()).await?;
     db.migrate().await?;
     let runtime = Arc::new(Runtime::load(&config.runtime(), builtin_attestors()).await?);
-    let join = Arc::new(JoinService::new(
+    let mut join = JoinService::new(
         db.clone(),
         runtime,
         pki.clone(),
         JoinSettings {
             cert_ttl_seconds: config.join.cert_ttl_seconds,
         },
-    ));
+    );
+    let mut sink = None;
+    if let Some(sink_config) = config.audit_sink() {
+        let (refusals, worker) = RefusalSink::start(&sink_config)?;
+        join = join.with_sink(refusals);
+        sink = Some(worker);
+    }
+    let join = Arc::new(join);
 
     let tls = api::tls_config(
         &read(&config.path(&config.tls.cert))?,
@@ -158,6 +187,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         db,
         pki,
         join,
+        sink,
     })
 }
 

@@ -20,6 +20,13 @@
 //! [attestors.join-token]
 //! sha256 = "…"                     # optional pin
 //! [attestors.join-token.config]    # handed to the attestor as JSON
+//!
+//! [audit.sink]                     # optional: a copy of every refusal (see join::sink)
+//! kind = "webhook"                 # POST one JSON object per refusal
+//! url = "https://hooks.example.com/gatehouse"
+//! timeout_ms = 2000
+//! # ca_file = "hooks-ca.pem"       # trust only this CA
+//! # or: kind = "jsonl", path = "refusals.jsonl"
 //! ```
 
 use std::collections::BTreeMap;
@@ -28,6 +35,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::join::sink::SinkConfig;
 use crate::runtime::{AttestorSettings, RuntimeConfig};
 
 /// Why the configuration could not be used.
@@ -87,6 +95,44 @@ pub struct Config {
     /// Per-attestor settings by id.
     #[serde(default)]
     pub attestors: BTreeMap<String, AttestorSection>,
+    /// The audit trail's settings.
+    #[serde(default)]
+    pub audit: AuditSection,
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSection {
+    /// Where refusals are copied to, besides the database.
+    #[serde(default)]
+    pub sink: Option<SinkSection>,
+}
+
+/// `[audit.sink]`: `kind = "webhook"` or `kind = "jsonl"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum SinkSection {
+    /// POST each refusal as JSON.
+    Webhook {
+        /// `https://…`, or `http://` to a loopback address.
+        url: String,
+        /// Limit of one delivery, in ms (1 to 60000; default 2000).
+        #[serde(default = "default_sink_timeout_ms")]
+        timeout_ms: u64,
+        /// A PEM file of the only CAs to trust (default: the system's CA bundle).
+        #[serde(default)]
+        ca_file: Option<PathBuf>,
+    },
+    /// Append each refusal as one JSON line.
+    Jsonl {
+        /// The file (created with mode 0600).
+        path: PathBuf,
+    },
+}
+
+fn default_sink_timeout_ms() -> u64 {
+    2000
 }
 
 /// `[tls]`.
@@ -202,6 +248,13 @@ impl Config {
                 "join.cert_ttl_seconds must be 60 to 86400".into(),
             ));
         }
+        if let Some(SinkSection::Webhook { timeout_ms, .. }) = &self.audit.sink
+            && !(1..=60_000).contains(timeout_ms)
+        {
+            return Err(ConfigError::Invalid(
+                "audit.sink.timeout_ms must be 1 to 60000".into(),
+            ));
+        }
         for (id, section) in &self.attestors {
             if let Some(pin) = &section.sha256
                 && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -232,6 +285,24 @@ impl Config {
                 self.data_dir.join("gatehouse.db").display()
             ),
         }
+    }
+
+    /// The refusal sink's settings, paths resolved, if one is configured.
+    pub fn audit_sink(&self) -> Option<SinkConfig> {
+        Some(match self.audit.sink.as_ref()? {
+            SinkSection::Webhook {
+                url,
+                timeout_ms,
+                ca_file,
+            } => SinkConfig::Webhook {
+                url: url.clone(),
+                timeout: Duration::from_millis(*timeout_ms),
+                ca_file: ca_file.as_deref().map(|p| self.path(p)),
+            },
+            SinkSection::Jsonl { path } => SinkConfig::Jsonl {
+                path: self.path(path),
+            },
+        })
     }
 
     /// The runtime's settings.
@@ -310,5 +381,44 @@ mod tests {
                 .contains("64 hex")
         );
         assert!(parse(&format!("{BASE}bogus = 1\n")).is_err());
+    }
+
+    #[test]
+    fn audit_sinks() {
+        let c = parse(BASE).unwrap();
+        assert_eq!(c.audit_sink(), None);
+        let c = parse(&format!(
+            "{BASE}[audit.sink]\nkind = \"webhook\"\nurl = \"https://h/x\"\nca_file = \"ca.pem\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.audit_sink(),
+            Some(SinkConfig::Webhook {
+                url: "https://h/x".into(),
+                timeout: Duration::from_millis(2000),
+                ca_file: Some(PathBuf::from("/d/ca.pem")),
+            })
+        );
+        let c = parse(&format!(
+            "{BASE}[audit.sink]\nkind = \"jsonl\"\npath = \"r.jsonl\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.audit_sink(),
+            Some(SinkConfig::Jsonl {
+                path: PathBuf::from("/d/r.jsonl")
+            })
+        );
+        for bad in [
+            "kind = \"webhook\"\nurl = \"https://h\"\ntimeout_ms = 0\n",
+            "kind = \"jsonl\"\npath = \"r\"\nurl = \"https://h\"\n",
+            "kind = \"syslog\"\n",
+            "kind = \"jsonl\"\n",
+        ] {
+            assert!(
+                parse(&format!("{BASE}[audit.sink]\n{bad}")).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -50,6 +50,8 @@ pub struct HostOptions {
     pub cert_ttl_seconds: Option<u32>,
     /// `[attestors.<id>] config` tables, as JSON objects.
     pub attestor_config: Vec<(String, serde_json::Value)>,
+    /// `[audit.sink]`.
+    pub audit_sink: Option<gatehouse::config::SinkSection>,
 }
 
 impl HostOptions {
@@ -64,6 +66,7 @@ impl HostOptions {
             listen: None,
             cert_ttl_seconds: None,
             attestor_config: vec![],
+            audit_sink: None,
         }
     }
 }
@@ -148,6 +151,7 @@ impl TestHost {
             let table: toml::Table = must(serde_json::from_value(table.clone()), "attestor config");
             config.attestors.entry(id.clone()).or_default().config = Some(table);
         }
+        config.audit.sink = opts.audit_sink.clone();
         let (database_url, created_database): (String, Option<String>) =
             match (opts.backend, opts.database_url) {
                 (Backend::Postgres, Some(url)) => (url, None),

@@ -566,7 +566,9 @@ pub(super) async fn revoke_node_cert(
     })))
 }
 
-/// `GET /v1/admin/events?after=ID&limit=N`.
+/// `GET /v1/admin/events?after=ID&limit=N` (and `/v1/admin/audits`). Events come in feed
+/// order, which on Postgres is not id order: continue with `after` = the id of the last event
+/// of the previous page, and no event is skipped or repeated (see `Tx::event_feed`).
 #[derive(Debug, Deserialize)]
 pub(super) struct Page {
     #[serde(default)]
@@ -587,7 +589,7 @@ pub(super) async fn list_events(
     authorize(&state, &headers)?;
     let limit = page.limit.clamp(1, 1000);
     let mut tx = state.db.begin().await?;
-    let events = tx.list_events(page.after, limit).await?;
+    let events = tx.event_feed(page.after, limit).await?;
     tx.commit().await?;
     Ok(Json(events))
 }

@@ -938,29 +938,100 @@ pub(super) async fn attestors(command: AttestorsCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Events per page.
+const EVENTS_PAGE: usize = 500;
+/// How often `--follow` asks for new events when it has seen them all.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+/// The longest `--follow` waits before asking again after a failed request.
+const FOLLOW_MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// `gatehouse events [--follow]`: one JSON object a line, in the API's feed order (which, on
+/// Postgres, is commit order rather than id order: see `Tx::event_feed`). The cursor is the
+/// id of the last event printed, which is what the API continues from; it never skips an
+/// event that commits late, and never prints one twice. `--follow` keeps polling until
+/// interrupted (Ctrl-C or SIGTERM ends it with status 0), and rides out a host restart by
+/// retrying with backoff.
 pub(super) async fn events(args: EventsArgs) -> anyhow::Result<()> {
     let client = Client::new(&args.conn)?;
     let mut after = args.after;
-    loop {
-        let page = client
-            .call(
-                reqwest::Method::GET,
-                &format!("/v1/admin/events?after={after}&limit=500"),
-                None,
-            )
-            .await?;
-        let events = page.as_array().cloned().unwrap_or_default();
-        for e in &events {
-            println!("{}", serde_json::to_string(e).unwrap_or_default());
-            after = after.max(e["id"].as_i64().unwrap_or(after));
-        }
-        if !args.follow {
-            return Ok(());
-        }
-        if events.is_empty() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+    if !args.follow {
+        loop {
+            let events = events_page(&client, after).await?;
+            print_events(&events, &mut after)?;
+            if events.len() < EVENTS_PAGE {
+                return Ok(());
+            }
         }
     }
+    tokio::select! {
+        done = follow(&client, after) => done,
+        () = interrupted() => Ok(()),
+    }
+}
+
+/// Prints events as they are written, until stdout closes.
+async fn follow(client: &Client, mut after: i64) -> anyhow::Result<()> {
+    let mut backoff = FOLLOW_POLL;
+    loop {
+        match events_page(client, after).await {
+            Ok(events) => {
+                backoff = FOLLOW_POLL;
+                // A closed stdout (`| head`) ends the command.
+                print_events(&events, &mut after)?;
+                if events.len() < EVENTS_PAGE {
+                    tokio::time::sleep(FOLLOW_POLL).await;
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "gatehouse events: {e:#}; retrying in {:.1}s",
+                    backoff.as_secs_f32()
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(FOLLOW_MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// One page of events after the event `after`.
+async fn events_page(client: &Client, after: i64) -> anyhow::Result<Vec<Value>> {
+    let page = client
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/admin/events?after={after}&limit={EVENTS_PAGE}"),
+            None,
+        )
+        .await?;
+    Ok(page.as_array().cloned().unwrap_or_default())
+}
+
+/// Prints events as JSON lines and moves `after` to the last one.
+fn print_events(events: &[Value], after: &mut i64) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for e in events {
+        writeln!(out, "{}", serde_json::to_string(e)?)?;
+        // Feed order, not id order: the cursor is the last event's id, not the largest.
+        if let Some(id) = e["id"].as_i64() {
+            *after = id;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn interrupted() {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        return;
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 #[derive(Debug, Subcommand)]

@@ -10,6 +10,7 @@
 pub mod policy;
 mod record;
 mod renew;
+pub mod sink;
 
 use std::sync::Arc;
 
@@ -69,6 +70,8 @@ pub struct JoinService {
     runtime: Arc<Runtime<Tx>>,
     pki: Arc<Pki>,
     settings: JoinSettings,
+    /// Where refusals are copied to, if configured ([`sink`]).
+    sink: Option<sink::RefusalSink>,
 }
 
 impl JoinService {
@@ -79,7 +82,14 @@ impl JoinService {
             runtime,
             pki,
             settings,
+            sink: None,
         }
+    }
+
+    /// Copies every refusal to `sink` too (after its audit row and event are written).
+    pub fn with_sink(mut self, sink: sink::RefusalSink) -> Self {
+        self.sink = Some(sink);
+        self
     }
 
     /// The attestors this service runs.
@@ -466,16 +476,20 @@ impl JoinService {
             .map_err(|e| unavailable("sign", e))
     }
 
-    /// Records a refusal in a transaction of its own (the round's was rolled back) and returns
-    /// the one error every refusal becomes. A failure to record is logged, never turned into
-    /// an admission.
+    /// Records a refusal in a transaction of its own (the round's was rolled back), offers a
+    /// copy to the sink (which never waits), and returns the one error every refusal becomes.
+    /// A failure to record is logged, never turned into an admission.
     async fn refuse(&self, round: &mut Round, decision: Decision) -> JoinError {
         record::log(round, &decision);
+        let mut at = None;
         match self.db.begin().await {
             Ok(mut tx) => {
                 let written = record::write(&mut tx, round, &decision).await;
                 if let Err(e) = match written {
-                    Ok(()) => tx.commit().await,
+                    Ok(written_at) => {
+                        at = Some(written_at);
+                        tx.commit().await
+                    }
                     Err(e) => Err(e),
                 } {
                     tracing::error!(attestor = %round.attestor, error = %e, "could not record a refused join");
@@ -484,6 +498,9 @@ impl JoinService {
             Err(e) => {
                 tracing::error!(attestor = %round.attestor, error = %e, "could not record a refused join")
             }
+        }
+        if let Some(sink) = &self.sink {
+            sink.offer(record::refusal(round, &decision, at));
         }
         JoinError::Denied
     }

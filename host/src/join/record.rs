@@ -152,12 +152,12 @@ impl Decision {
     }
 }
 
-/// Writes the round's audit row and event in `tx`.
+/// Writes the round's audit row and event in `tx`; their time (database time, ms).
 pub(super) async fn write(
     tx: &mut Tx,
     round: &Round,
     decision: &Decision,
-) -> Result<(), StoreError> {
+) -> Result<i64, StoreError> {
     let at = tx.now().await?;
     let node_key = super::node_key_label(round.node_key);
     let mut payload = serde_json::json!({
@@ -203,7 +203,27 @@ pub(super) async fn write(
         payload,
     })
     .await?;
-    Ok(())
+    Ok(at)
+}
+
+/// The sink's copy of a refused round, at the time of its audit row (or, if that was not
+/// written, the host's clock).
+pub(super) fn refusal(round: &Round, decision: &Decision, at: Option<i64>) -> super::sink::Refusal {
+    let at = at.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    });
+    super::sink::Refusal {
+        kind: decision.event_kind(round.op),
+        attestor: round.attestor.clone(),
+        reason: decision.reason.clone().unwrap_or_default(),
+        token_id: round.token_id.clone(),
+        node_id: round.node_id.clone(),
+        tenant_id: round.tenant_id.clone(),
+        round: round.round,
+        at,
+    }
 }
 
 /// Logs the round with structured fields.

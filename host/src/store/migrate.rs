@@ -36,6 +36,11 @@ static SQLITE: &[Embedded] = &[
         description: "node_lifecycle",
         sql: include_str!("../../migrations/sqlite/0002_node_lifecycle.sql"),
     },
+    Embedded {
+        version: 3,
+        description: "event_order",
+        sql: include_str!("../../migrations/sqlite/0003_event_order.sql"),
+    },
 ];
 
 /// The Postgres migrations, in order.
@@ -49,6 +54,11 @@ static POSTGRES: &[Embedded] = &[
         version: 2,
         description: "node_lifecycle",
         sql: include_str!("../../migrations/postgres/0002_node_lifecycle.sql"),
+    },
+    Embedded {
+        version: 3,
+        description: "event_order",
+        sql: include_str!("../../migrations/postgres/0003_event_order.sql"),
     },
 ];
 
