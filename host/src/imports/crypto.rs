@@ -62,14 +62,18 @@ impl<B: TxBackend> Host for CallState<B> {
         plaintext: Vec<u8>,
         binding: Vec<u8>,
     ) -> wasmtime::Result<Vec<u8>> {
-        let now = self.database_now("seal-state").await?;
-        let Some(session) = self.session.as_ref() else {
-            wasmtime::bail!("seal-state is only available inside verify");
-        };
-        session
-            .pki
-            .seal_state(&session.attestor, &binding, &plaintext, now)
-            .map_err(|e| wasmtime::format_err!("seal-state: {e}"))
+        self.seal("seal-state", &plaintext, &binding, i64::MAX)
+            .await
+    }
+
+    async fn seal_state_until(
+        &mut self,
+        plaintext: Vec<u8>,
+        binding: Vec<u8>,
+        not_after: i64,
+    ) -> wasmtime::Result<Vec<u8>> {
+        self.seal("seal-state-until", &plaintext, &binding, not_after)
+            .await
     }
 
     async fn open_state(
@@ -92,6 +96,25 @@ impl<B: TxBackend> Host for CallState<B> {
 }
 
 impl<B: TxBackend> CallState<B> {
+    /// Seals for the calling attestor at database time, expiring at `not_after` or after
+    /// [`crate::pki::MAX_STATE_TTL_MS`], whichever is sooner.
+    async fn seal(
+        &mut self,
+        what: &str,
+        plaintext: &[u8],
+        binding: &[u8],
+        not_after: i64,
+    ) -> wasmtime::Result<Vec<u8>> {
+        let now = self.database_now(what).await?;
+        let Some(session) = self.session.as_ref() else {
+            wasmtime::bail!("{what} is only available inside verify");
+        };
+        session
+            .pki
+            .seal_state_until(&session.attestor, binding, plaintext, now, not_after)
+            .map_err(|e| wasmtime::format_err!("{what}: {e}"))
+    }
+
     /// The join transaction's database time, which sealed state's expiry is set and checked
     /// by (the clock every replica shares; on PostgreSQL the transaction's start). It is a
     /// transaction call like `tx.now` (counted, timed); a failure traps, and counts as a

@@ -9,7 +9,8 @@
 //! State lasts at most [`MAX_STATE_TTL_MS`] (5 minutes): its expiry, issued-at plus that,
 //! is sealed in front of the plaintext (so it is encrypted and authenticated: it cannot be
 //! altered or extended), and [`Pki::open_state`] refuses state past it with
-//! [`StateError::Expired`]. The caller supplies the time for both; the `crypto` import uses
+//! [`StateError::Expired`]; [`Pki::seal_state_until`] makes it sooner (a challenge's
+//! not-after), never later. The caller supplies the time for both; the `crypto` import uses
 //! the join transaction's database time, the clock every replica shares.
 
 use aws_lc_rs::aead::{Aad, NONCE_LEN, Nonce};
@@ -75,11 +76,24 @@ impl Pki {
         plaintext: &[u8],
         now_ms: i64,
     ) -> Result<Vec<u8>, StateError> {
+        self.seal_state_until(attestor_id, binding, plaintext, now_ms, i64::MAX)
+    }
+
+    /// [`Pki::seal_state`], expiring at `not_after_ms` if that is sooner than
+    /// [`MAX_STATE_TTL_MS`] after `now_ms` (a challenge's not-after).
+    pub fn seal_state_until(
+        &self,
+        attestor_id: &str,
+        binding: &[u8],
+        plaintext: &[u8],
+        now_ms: i64,
+        not_after_ms: i64,
+    ) -> Result<Vec<u8>, StateError> {
         if plaintext.len() > MAX_STATE_LEN {
             return Err(StateError::TooLarge);
         }
         let aad = associated_data(attestor_id, binding)?;
-        let expires_at = now_ms.saturating_add(MAX_STATE_TTL_MS);
+        let expires_at = now_ms.saturating_add(MAX_STATE_TTL_MS).min(not_after_ms);
         let mut in_out = Vec::with_capacity(EXPIRY_LEN + plaintext.len() + TAG_LEN);
         in_out.extend_from_slice(&expires_at.to_be_bytes());
         in_out.extend_from_slice(plaintext);
@@ -196,6 +210,36 @@ mod tests {
         assert_eq!(
             pki.open_state("tpm", b"other", &sealed, T + MAX_STATE_TTL_MS),
             Err(StateError::Unsealable)
+        );
+    }
+
+    #[test]
+    fn a_sooner_not_after_shortens_the_life_but_never_extends_it() {
+        let pki = Pki::generate("td").unwrap();
+        let short = pki
+            .seal_state_until("tpm", b"csr", b"state", T, T + 1_000)
+            .unwrap();
+        assert_eq!(
+            pki.open_state("tpm", b"csr", &short, T + 999).unwrap(),
+            b"state"
+        );
+        assert_eq!(
+            pki.open_state("tpm", b"csr", &short, T + 1_000),
+            Err(StateError::Expired)
+        );
+        let long = pki
+            .seal_state_until("tpm", b"csr", b"state", T, T + 2 * MAX_STATE_TTL_MS)
+            .unwrap();
+        assert_eq!(
+            pki.open_state("tpm", b"csr", &long, T + MAX_STATE_TTL_MS),
+            Err(StateError::Expired)
+        );
+        let past = pki
+            .seal_state_until("tpm", b"csr", b"state", T, T - 1)
+            .unwrap();
+        assert_eq!(
+            pki.open_state("tpm", b"csr", &past, T),
+            Err(StateError::Expired)
         );
     }
 

@@ -99,8 +99,22 @@ pub trait Crypto {
         roots: &[Vec<u8>],
         at: TimestampMs,
     ) -> Result<VerifiedChain, CryptoError>;
-    /// Seals `plaintext` under the host's challenge key, bound to this attestor and `binding`.
+    /// Seals `plaintext` under the host's challenge key, bound to this attestor and `binding`,
+    /// for 5 minutes (database time) at most.
     fn seal_state(&self, plaintext: &[u8], binding: &[u8]) -> Vec<u8>;
+    /// [`seal_state`](Crypto::seal_state), expiring at `not_after` if that is sooner: seal a
+    /// challenge's state with its not-after, and [`open_state`](Crypto::open_state) refuses a
+    /// late answer's state with [`CryptoError::Expired`]. The host's implementation does; the
+    /// default (for test doubles) ignores `not_after` and keeps the 5-minute limit.
+    fn seal_state_until(
+        &self,
+        plaintext: &[u8],
+        binding: &[u8],
+        not_after: TimestampMs,
+    ) -> Vec<u8> {
+        let _ = not_after;
+        self.seal_state(plaintext, binding)
+    }
     /// Opens what [`seal_state`](Crypto::seal_state) sealed with the same binding.
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError>;
 }

@@ -120,6 +120,14 @@ impl Crypto for HostCrypto {
     fn seal_state(&self, plaintext: &[u8], binding: &[u8]) -> Vec<u8> {
         crypto::seal_state(plaintext, binding)
     }
+    fn seal_state_until(
+        &self,
+        plaintext: &[u8],
+        binding: &[u8],
+        not_after: TimestampMs,
+    ) -> Vec<u8> {
+        crypto::seal_state_until(plaintext, binding, not_after)
+    }
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError> {
         crypto::open_state(sealed, binding)
     }

@@ -59,6 +59,12 @@ impl gatehouse_sdk::Crypto for NativeCrypto<'_> {
             .unwrap_or_default()
     }
 
+    fn seal_state_until(&self, plaintext: &[u8], binding: &[u8], not_after: i64) -> Vec<u8> {
+        self.pki
+            .seal_state_until(self.attestor, binding, plaintext, clock_ms(), not_after)
+            .unwrap_or_default()
+    }
+
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError> {
         self.pki
             .open_state(self.attestor, binding, sealed, clock_ms())
