@@ -385,8 +385,7 @@ impl TestHost {
             created_database,
             ..
         } = self;
-        running.server.shutdown().await;
-        running.db.close().await;
+        running.shutdown().await;
         if let Some(name) = created_database {
             use sqlx::Connection as _;
             if let Ok(admin) = std::env::var("DATABASE_URL")

@@ -47,11 +47,9 @@ pub(super) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = Config::load(&config_path)?;
     let running = app::start(&config).await?;
     println!("gatehouse listening on https://{}", running.server.addr);
-    let server = running.server;
     shutdown_signal().await;
     tracing::info!("shutting down");
-    server.shutdown().await;
-    running.db.close().await;
+    running.shutdown().await;
     Ok(())
 }
 
