@@ -234,11 +234,17 @@ impl JoinService {
                     retry_after_seconds: retry,
                 })
             }
-            Deferral::Challenge(c) => WireDeferral::Challenge(Challenge {
-                attestor: round.attestor.clone(),
-                payload: c.payload,
-                not_after: c.not_after,
-            }),
+            Deferral::Challenge(c) => {
+                // Never advertise a deadline later than challenge state can live.
+                let now = tx.now().await.map_err(|e| unavailable("now", e))?;
+                WireDeferral::Challenge(Challenge {
+                    attestor: round.attestor.clone(),
+                    payload: c.payload,
+                    not_after: c
+                        .not_after
+                        .min(now.saturating_add(crate::pki::MAX_STATE_TTL_MS)),
+                })
+            }
         };
         let body = JoinResponseBody {
             v: 1,

@@ -16,7 +16,7 @@
 //! mod tests {
 //!     # pub fn alloc_forever() {} pub fn join_token_replacement() {} pub fn loop_forever() {}
 //!     # pub fn malformed_result() {} pub fn other_tenant() {} pub fn panic() {} pub fn wit_major() {}
-//!     # pub fn challenge() {}
+//!     # pub fn approval() {} pub fn challenge() {}
 //!     // #[test] fn loop_forever() { ... gatehouse_test_artifacts::LOOP_FOREVER ... }
 //! }
 //! gatehouse_test_artifacts::foreach_fixture!(assert_tested);

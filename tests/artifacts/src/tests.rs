@@ -106,6 +106,7 @@ macro_rules! fixture_is_a_component {
             let name = stringify!($fixture).replace('_', "-");
             let path = match name.as_str() {
                 "alloc-forever" => crate::ALLOC_FOREVER,
+                "approval" => crate::APPROVAL,
                 "challenge" => crate::CHALLENGE,
                 "join-token-replacement" => crate::JOIN_TOKEN_REPLACEMENT,
                 "loop-forever" => crate::LOOP_FOREVER,
