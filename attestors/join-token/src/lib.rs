@@ -52,6 +52,20 @@ gatehouse_sdk::export_attestor!(JoinToken);
 
 /// Decides one join, spending a use of the token when it admits.
 fn admit(cx: &Context<'_>, request: &JoinRequest) -> Result<AttestationResult, Refusal> {
+    let token = checked_token(cx, request)?;
+    cx.tx.consume_token(&token.id).map_err(|_| {
+        refuse(reason::STORAGE)
+            .token(&token.id)
+            .tenant(&token.tenant_id)
+    })?;
+    Ok(admission(token))
+}
+
+/// The request's token, locked for the transaction and checked as join-token checks it: the
+/// secret in constant time, revocation, expiry by database time, a use left, and a role that
+/// admits the requested one. Not spent: an attestor that defers first (a challenge, an
+/// approval) spends it with `consume_token` on the round that admits.
+pub fn checked_token(cx: &Context<'_>, request: &JoinRequest) -> Result<Token, Refusal> {
     let opened = request
         .token
         .as_ref()
@@ -79,10 +93,7 @@ fn admit(cx: &Context<'_>, request: &JoinRequest) -> Result<AttestationResult, R
     if !admits(token.role, request.role) {
         return Err(refusal(reason::WRONG_ROLE));
     }
-    cx.tx
-        .consume_token(&token.id)
-        .map_err(|_| refusal(reason::STORAGE))?;
-    Ok(result(token))
+    Ok(token)
 }
 
 /// Whether a token minted for `token` admits a machine asking for `join`.
@@ -93,8 +104,9 @@ fn admits(token: TokenRole, join: JoinRole) -> bool {
     )
 }
 
-/// The admission for a token that passed every check.
-fn result(token: Token) -> AttestationResult {
+/// The admission for a token that passed every check and was spent: into the token's tenant,
+/// pool and site, re-keying its `expect.nodeId` if it names one.
+pub fn admission(token: Token) -> AttestationResult {
     AttestationResult {
         node_id: token.expect.node_id,
         tenant_id: Some(token.tenant_id),
