@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gatehouse::cli::{Cli, execute};
 use gatehouse::store::{AuditResult, PoolRow};
 use gatehouse_agent::{
     EvidenceProducer, JoinClient, JoinError, JoinOptions, Joined, NodeKey, ProducerError, join,
@@ -96,30 +95,10 @@ fn machine(
     })
 }
 
-/// Runs `gatehouse join-requests <args>` against `host` as the binary would: its output, or
-/// the error it ended with.
+/// Runs `gatehouse join-requests <args>` against `host`: its output, or the error it ended with.
 async fn cli(host: &TestHost, dir: &Path, args: &[&str]) -> Result<String, String> {
-    let ca = dir.join("ca.pem");
-    let key = dir.join("admin.key");
-    std::fs::write(&ca, &host.trust.tls_ca_pem).unwrap();
-    std::fs::write(&key, &host.admin_key).unwrap();
-    let url = host.url();
-    let mut argv = vec!["gatehouse", "join-requests"];
-    argv.extend_from_slice(args);
-    argv.extend_from_slice(&[
-        "--server",
-        &url,
-        "--ca",
-        ca.to_str().unwrap(),
-        "--admin-key-file",
-        key.to_str().unwrap(),
-    ]);
-    let parsed = Cli::try_parse_args(argv.iter().copied()).unwrap();
-    let mut out = Vec::new();
-    match execute(parsed, &mut out).await {
-        Ok(()) => Ok(String::from_utf8(out).unwrap()),
-        Err(e) => Err(format!("{e:#}")),
-    }
+    let (exit, out) = host.cli(dir, &[&["join-requests"], args].concat()).await;
+    exit.output(out)
 }
 
 /// `join-requests list --json [--state S]`.

@@ -64,18 +64,7 @@ async fn three_refusals(host: &TestHost) -> [String; 3] {
     };
     denied(join_with(host, &unknown).await);
     let revoked = host.create_token("node", 1).await;
-    let resp = host
-        .http()
-        .post(format!(
-            "{}/v1/admin/tokens/{}/revoke",
-            host.url(),
-            revoked.id
-        ))
-        .bearer_auth(&host.admin_key)
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
+    host.revoke_token(&revoked.id).await;
     denied(join_with(host, &revoked).await);
     [good.id, unknown.id, revoked.id]
 }

@@ -17,7 +17,7 @@ use gatehouse_proto::{Challenge, JoinRequest, Role, TokenString, b64, seal_token
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::common::{Backend, HostOptions, TestHost, backends};
+use crate::common::{Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres};
 
 /// The fixture's id.
 const ATTESTOR: &str = "challenge";
@@ -359,31 +359,6 @@ async fn challenge_a_late_answer_is_refused() {
     }
 }
 
-/// A fresh PostgreSQL database from DATABASE_URL for two replicas to share: (url, name).
-async fn shared_postgres() -> (String, String) {
-    use sqlx::Connection as _;
-    let admin = std::env::var("DATABASE_URL").unwrap();
-    let name = format!("gh_challenge_{:016x}", rand::random::<u64>());
-    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let _ = conn.close().await;
-    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
-    (format!("{base}/{name}"), name)
-}
-
-async fn drop_postgres(name: &str) {
-    use sqlx::Connection as _;
-    let admin = std::env::var("DATABASE_URL").unwrap();
-    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await;
-    let _ = conn.close().await;
-}
-
 /// The challenge is issued by one replica and answered at another: nothing but the sealed
 /// state carries it. Needs PostgreSQL (DATABASE_URL).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,7 +366,7 @@ async fn challenge_a_second_replica_finishes_it() {
     if !backends().contains(&Backend::Postgres) {
         return;
     }
-    let (url, name) = shared_postgres().await;
+    let (url, name) = fresh_postgres().await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let replica = |share: bool| HostOptions {

@@ -71,6 +71,26 @@ impl HostOptions {
     }
 }
 
+/// How a `gatehouse` command ended.
+#[derive(Debug)]
+pub enum Exit {
+    Ok,
+    /// A destructive command without --yes (the binary exits 2).
+    NotConfirmed,
+    Failed(String),
+}
+
+impl Exit {
+    /// What the command printed, or the error it ended with.
+    pub fn output(self, out: String) -> Result<String, String> {
+        match self {
+            Exit::Ok => Ok(out),
+            Exit::NotConfirmed => Err(gatehouse::cli::NotConfirmed.to_string()),
+            Exit::Failed(e) => Err(e),
+        }
+    }
+}
+
 /// A running host in a temporary directory.
 pub struct TestHost {
     /// Kept so the directory lives as long as the host.
@@ -89,8 +109,9 @@ fn must<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
     }
 }
 
-/// A fresh PostgreSQL database from DATABASE_URL; returns (url, name).
-async fn fresh_postgres() -> (String, String) {
+/// A fresh PostgreSQL database from DATABASE_URL (for a host, or for replicas to share);
+/// returns (url, name).
+pub async fn fresh_postgres() -> (String, String) {
     use sqlx::Connection as _;
     let admin = must(std::env::var("DATABASE_URL"), "DATABASE_URL");
     let name = format!("gh_test_{:016x}", rand::random::<u64>());
@@ -242,6 +263,19 @@ impl TestHost {
         )
     }
 
+    /// Revokes a token through the admin API.
+    pub async fn revoke_token(&self, id: &str) {
+        let resp = must(
+            self.http()
+                .post(format!("{}/v1/admin/tokens/{id}/revoke", self.url()))
+                .bearer_auth(&self.admin_key)
+                .send()
+                .await,
+            "POST /v1/admin/tokens/{id}/revoke",
+        );
+        assert!(resp.status().is_success(), "revoke: {}", resp.status());
+    }
+
     /// Inserts a token row directly (for states the API cannot make, such as already expired).
     pub async fn insert_token(
         &self,
@@ -346,6 +380,29 @@ impl TestHost {
         issued.der
     }
 
+    /// Runs `gatehouse <args>` against this host as the binary would (with `--server`, `--ca`
+    /// and `--admin-key-file`, the files written into `dir`): how it ended and what it printed.
+    pub async fn cli(&self, dir: &std::path::Path, args: &[&str]) -> (Exit, String) {
+        use gatehouse::cli::{Cli, NotConfirmed, execute};
+        let ca = dir.join("ca.pem");
+        let key = dir.join("admin.key");
+        must(std::fs::write(&ca, &self.trust.tls_ca_pem), "ca.pem");
+        must(std::fs::write(&key, &self.admin_key), "admin.key");
+        let url = self.url();
+        let (ca, key) = (ca.display().to_string(), key.display().to_string());
+        let mut argv = vec!["gatehouse"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["--server", &url, "--ca", &ca, "--admin-key-file", &key]);
+        let parsed = must(Cli::try_parse_args(argv.iter().copied()), "CLI arguments");
+        let mut out = Vec::new();
+        let exit = match execute(parsed, &mut out).await {
+            Ok(()) => Exit::Ok,
+            Err(e) if e.downcast_ref::<NotConfirmed>().is_some() => Exit::NotConfirmed,
+            Err(e) => Exit::Failed(format!("{e:#}")),
+        };
+        (exit, must(String::from_utf8(out), "CLI output"))
+    }
+
     /// Database time.
     pub async fn now(&self) -> i64 {
         let mut tx = must(self.running.db.begin().await, "begin");
@@ -387,15 +444,20 @@ impl TestHost {
         } = self;
         running.shutdown().await;
         if let Some(name) = created_database {
-            use sqlx::Connection as _;
-            if let Ok(admin) = std::env::var("DATABASE_URL")
-                && let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await
-            {
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut conn)
-                    .await;
-                let _ = conn.close().await;
-            }
+            drop_postgres(&name).await;
         }
+    }
+}
+
+/// Drops a database [`fresh_postgres`] made; best effort, as cleanup.
+pub async fn drop_postgres(name: &str) {
+    use sqlx::Connection as _;
+    if let Ok(admin) = std::env::var("DATABASE_URL")
+        && let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await
+    {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await;
+        let _ = conn.close().await;
     }
 }

@@ -147,18 +147,7 @@ async fn each_refusal_reaches_the_agent_as_access_denied_with_its_reason_in_the_
         .await;
 
         let revoked = host.create_token("node", 1).await;
-        let resp = host
-            .http()
-            .post(format!(
-                "{}/v1/admin/tokens/{}/revoke",
-                host.url(),
-                revoked.id
-            ))
-            .bearer_auth(&host.admin_key)
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success());
+        host.revoke_token(&revoked.id).await;
         refused(&host, &revoked, Role::Node, Claims::default(), "revoked").await;
 
         // Expired by database time: the row's expiry is already behind the database clock.

@@ -2,14 +2,13 @@
 //! cordon, retire, delete, revoke-identity and revoke-cert on a node that really joined, with
 //! the event each writes, on SQLite and PostgreSQL.
 
-use gatehouse::cli::{Cli, NotConfirmed, execute};
 use gatehouse::store::EventRow;
 use gatehouse_agent::{JoinClient, JoinError, JoinOptions, Joined, NodeKey, TokenProducer, join};
 use gatehouse_proto::{Role, TokenString};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::common::{TestHost, backends};
+use crate::common::{Exit, TestHost, backends};
 
 /// Joins a new machine with `token`.
 async fn join_with(host: &TestHost, token: &TokenString) -> Result<Joined, JoinError> {
@@ -460,41 +459,9 @@ async fn unknown_nodes_are_not_found_and_every_route_needs_the_admin_key() {
     }
 }
 
-/// How a `gatehouse` command ended.
-#[derive(Debug)]
-enum Exit {
-    Ok,
-    /// A destructive command without --yes (the binary exits 2).
-    NotConfirmed,
-    Failed(String),
-}
-
-/// Runs `gatehouse nodes <args>` against `host`, as the binary would; how it ended and what
-/// it printed.
+/// Runs `gatehouse nodes <args>` against `host`.
 async fn cli(host: &TestHost, dir: &std::path::Path, args: &[&str]) -> (Exit, String) {
-    let ca = dir.join("ca.pem");
-    let key = dir.join("admin.key");
-    std::fs::write(&ca, &host.trust.tls_ca_pem).unwrap();
-    std::fs::write(&key, &host.admin_key).unwrap();
-    let url = host.url();
-    let mut argv = vec!["gatehouse", "nodes"];
-    argv.extend_from_slice(args);
-    argv.extend_from_slice(&[
-        "--server",
-        &url,
-        "--ca",
-        ca.to_str().unwrap(),
-        "--admin-key-file",
-        key.to_str().unwrap(),
-    ]);
-    let parsed = Cli::try_parse_args(argv.iter().copied()).unwrap();
-    let mut out = Vec::new();
-    let exit = match execute(parsed, &mut out).await {
-        Ok(()) => Exit::Ok,
-        Err(e) if e.downcast_ref::<NotConfirmed>().is_some() => Exit::NotConfirmed,
-        Err(e) => Exit::Failed(format!("{e:#}")),
-    };
-    (exit, String::from_utf8(out).unwrap())
+    host.cli(dir, &[&["nodes"], args].concat()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,6 @@
 //! in the join transaction: an attestor the pool does not list is refused with
 //! `pool-attestor`, attributed to the pool's tenant and owner, spending nothing.
 
-use gatehouse::cli::{Cli, execute};
 use gatehouse::store::{EventRow, NodeRole, NodeRow, PoolRow, TokenRow};
 use gatehouse_agent::{
     EvidenceProducer, JoinClient, JoinError, JoinOptions, Joined, NodeKey, ProducerError,
@@ -534,29 +533,10 @@ async fn pools_an_x509pop_pool_refuses_tokens_and_admits_an_x509pop_rejoin() {
     }
 }
 
-/// Runs `gatehouse pools ARGS` against `host`: Ok(output) or the error's text.
+/// Runs `gatehouse pools <args>` against `host`: its output, or the error it ended with.
 async fn cli(host: &TestHost, dir: &std::path::Path, args: &[&str]) -> Result<String, String> {
-    let ca = dir.join("ca.pem");
-    let key = dir.join("admin.key");
-    std::fs::write(&ca, &host.trust.tls_ca_pem).unwrap();
-    std::fs::write(&key, &host.admin_key).unwrap();
-    let url = host.url();
-    let mut argv = vec!["gatehouse", "pools"];
-    argv.extend_from_slice(args);
-    argv.extend_from_slice(&[
-        "--server",
-        &url,
-        "--ca",
-        ca.to_str().unwrap(),
-        "--admin-key-file",
-        key.to_str().unwrap(),
-    ]);
-    let parsed = Cli::try_parse_args(argv.iter().copied()).unwrap();
-    let mut out = Vec::new();
-    match execute(parsed, &mut out).await {
-        Ok(()) => Ok(String::from_utf8(out).unwrap()),
-        Err(e) => Err(format!("{e:#}")),
-    }
+    let (exit, out) = host.cli(dir, &[&["pools"], args].concat()).await;
+    exit.output(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use gatehouse_proto::{Challenge, Claims, JoinRequest, JoinResponse, Role};
 use rcgen::{KeyPair, PKCS_ECDSA_P256_SHA256, PublicKeyData as _, SigningKey as _};
 use sha2::{Digest, Sha256};
 
-use crate::common::{Backend, HostOptions, TestHost, backends};
+use crate::common::{Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres};
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
@@ -581,32 +581,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A fresh PostgreSQL database from DATABASE_URL, for two replicas to share: its URL and a
-/// connection to it.
-async fn shared_postgres() -> (String, String) {
-    use sqlx::Connection as _;
-    let admin = std::env::var("DATABASE_URL").unwrap();
-    let name = format!("gh_x509pop_{:016x}", rand::random::<u64>());
-    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let _ = conn.close().await;
-    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
-    (format!("{base}/{name}"), name)
-}
-
-async fn drop_postgres(name: &str) {
-    use sqlx::Connection as _;
-    let admin = std::env::var("DATABASE_URL").unwrap();
-    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await;
-    let _ = conn.close().await;
-}
-
 /// Waits until `n` backends of the database wait on a lock.
 async fn lock_waiters(conn: &mut sqlx::PgConnection, n: i64) {
     for _ in 0..400 {
@@ -650,7 +624,7 @@ async fn x509pop_a_proof_admits_once_across_replicas() {
     if !backends().contains(&Backend::Postgres) {
         return;
     }
-    let (url, name) = shared_postgres().await;
+    let (url, name) = fresh_postgres().await;
     let dir = tempfile::tempdir().unwrap();
     let (first, second) = replicas(&dir.path().join("data"), &url).await;
 
