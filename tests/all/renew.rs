@@ -90,7 +90,10 @@ async fn renew(
     let csr = build_csr(csr_key).unwrap();
     let resp = client(host, identity)
         .post(format!("{}/v1/renew", host.url()))
-        .json(&RenewRequest { csr: csr.clone() })
+        .json(&RenewRequest {
+            csr: csr.clone(),
+            key_attestation: None,
+        })
         .send()
         .await
         .unwrap();

@@ -66,6 +66,52 @@ fn admit(cx: &Context<'_>, request: &JoinRequest) -> Result<AttestationResult, R
 /// admits the requested one. Not spent: an attestor that defers first (a challenge, an
 /// approval) spends it with `consume_token` on the round that admits.
 pub fn checked_token(cx: &Context<'_>, request: &JoinRequest) -> Result<Token, Refusal> {
+    let token = live_token(cx, request)?;
+    if token.uses_left == 0 {
+        return Err(token_refusal(&token, reason::NO_USES_LEFT));
+    }
+    if !admits(token.role, request.role) {
+        return Err(token_refusal(&token, reason::WRONG_ROLE));
+    }
+    Ok(token)
+}
+
+/// The request's token, locked and checked as a single-use machine credential (seed:
+/// provisioned and discovery tokens): live as [`checked_token`] checks it, minted for `role`,
+/// a role that admits the requested one (provisioned admits `node`, discovery `ramdisk`), and
+/// exactly one use left: a spent token is `no-uses-left`, and one minted for several machines
+/// is never a machine credential (`not-single-use`). Not spent.
+pub fn checked_single_use_token(
+    cx: &Context<'_>,
+    request: &JoinRequest,
+    role: TokenRole,
+) -> Result<Token, Refusal> {
+    let token = live_token(cx, request)?;
+    let join_role = match role {
+        TokenRole::Provisioned => JoinRole::Node,
+        TokenRole::Discovery => JoinRole::Ramdisk,
+        TokenRole::Node | TokenRole::Site => {
+            return Err(token_refusal(&token, reason::WRONG_ROLE));
+        }
+    };
+    if token.role != role || request.role != join_role {
+        return Err(token_refusal(&token, reason::WRONG_ROLE));
+    }
+    match token.uses_left {
+        0 => Err(token_refusal(&token, reason::NO_USES_LEFT)),
+        1 => Ok(token),
+        _ => Err(token_refusal(&token, reason::NOT_SINGLE_USE)),
+    }
+}
+
+/// A refusal naming `token` and its tenant.
+fn token_refusal(token: &Token, code: &str) -> Refusal {
+    refuse(code).token(&token.id).tenant(&token.tenant_id)
+}
+
+/// The request's token, locked, with its secret (constant time), revocation and expiry (by
+/// database time) checked.
+fn live_token(cx: &Context<'_>, request: &JoinRequest) -> Result<Token, Refusal> {
     let opened = request
         .token
         .as_ref()
@@ -75,23 +121,15 @@ pub fn checked_token(cx: &Context<'_>, request: &JoinRequest) -> Result<Token, R
         .lock_token(&opened.id)
         .map_err(|error| Refusal::from(error).token(&opened.id))?
         .ok_or_else(|| refuse(reason::UNKNOWN_TOKEN).token(&opened.id))?;
-    let refusal = |code: &str| refuse(code).token(&token.id).tenant(&token.tenant_id);
-
     let secret_sha256 = cx.crypto.sha256(&opened.secret);
     if !constant_time_eq(&secret_sha256, &token.secret_sha256) {
-        return Err(refusal(reason::BAD_SECRET));
+        return Err(token_refusal(&token, reason::BAD_SECRET));
     }
     if token.revoked {
-        return Err(refusal(reason::REVOKED));
+        return Err(token_refusal(&token, reason::REVOKED));
     }
     if cx.tx.now() >= token.expires_at {
-        return Err(refusal(reason::EXPIRED));
-    }
-    if token.uses_left == 0 {
-        return Err(refusal(reason::NO_USES_LEFT));
-    }
-    if !admits(token.role, request.role) {
-        return Err(refusal(reason::WRONG_ROLE));
+        return Err(token_refusal(&token, reason::EXPIRED));
     }
     Ok(token)
 }

@@ -405,3 +405,78 @@ fn configuration_is_empty() {
     assert!(JoinToken::configure("").is_err());
     assert!(JoinToken::configure("[]").is_err());
 }
+
+/// [`super::checked_single_use_token`] with the fake transaction, spending nothing.
+fn single_use(
+    tx: &FakeTx,
+    role: TokenRole,
+    join: JoinRole,
+) -> Result<Token, gatehouse_sdk::Refusal> {
+    let mut request = request(join, SECRET);
+    request.attestor = "provisioned".into();
+    super::checked_single_use_token(
+        &Context {
+            tx,
+            crypto: &FakeCrypto,
+        },
+        &request,
+        role,
+    )
+}
+
+#[test]
+fn single_use_token_needs_exactly_one_use_left() {
+    for (uses_left, expected) in [
+        (0, Err(reason::NO_USES_LEFT)),
+        (1, Ok(())),
+        (2, Err(reason::NOT_SINGLE_USE)),
+    ] {
+        let mut row = token(TokenRole::Provisioned);
+        row.uses_left = uses_left;
+        let tx = FakeTx::with(row);
+        let checked = single_use(&tx, TokenRole::Provisioned, JoinRole::Node);
+        match expected {
+            Ok(()) => assert_eq!(checked.unwrap().id, "tok_1"),
+            Err(code) => assert_eq!(
+                checked.unwrap_err(),
+                refuse(code).token("tok_1").tenant("ten_1")
+            ),
+        }
+        assert_eq!(tx.uses_left("tok_1"), uses_left, "the check spent a use");
+    }
+}
+
+#[test]
+fn single_use_token_role_must_match() {
+    let wrong = refuse(reason::WRONG_ROLE).token("tok_1").tenant("ten_1");
+    for (minted, asked, join) in [
+        // A node token is no single-use credential, whatever it is asked for.
+        (TokenRole::Node, TokenRole::Provisioned, JoinRole::Node),
+        (TokenRole::Node, TokenRole::Node, JoinRole::Node),
+        // A discovery token admits a ramdisk only, and only to the discovery attestor.
+        (TokenRole::Discovery, TokenRole::Provisioned, JoinRole::Node),
+        (TokenRole::Discovery, TokenRole::Discovery, JoinRole::Node),
+        (
+            TokenRole::Provisioned,
+            TokenRole::Provisioned,
+            JoinRole::Ramdisk,
+        ),
+    ] {
+        let mut row = token(minted);
+        row.uses_left = 1;
+        let tx = FakeTx::with(row);
+        assert_eq!(single_use(&tx, asked, join).unwrap_err(), wrong);
+    }
+    let mut row = token(TokenRole::Discovery);
+    row.uses_left = 1;
+    let tx = FakeTx::with(row);
+    assert!(single_use(&tx, TokenRole::Discovery, JoinRole::Ramdisk).is_ok());
+}
+
+#[test]
+fn join_token_refuses_single_use_tokens() {
+    for role in [TokenRole::Provisioned, TokenRole::Discovery] {
+        let tx = FakeTx::with(token(role));
+        assert_refused(&tx, &request(JoinRole::Node, SECRET), reason::WRONG_ROLE);
+    }
+}

@@ -98,7 +98,10 @@ impl RenewClient {
         let response = post(
             &self.http,
             &self.renew_url,
-            &RenewRequest { csr: csr.clone() },
+            &RenewRequest {
+                csr: csr.clone(),
+                key_attestation: None,
+            },
         )
         .await?;
         admit(trust, &response, &csr, next, node_id)

@@ -10,6 +10,7 @@ mod renew;
 #[cfg(feature = "seal")]
 mod seal;
 mod token;
+pub mod tpm;
 mod trust;
 pub mod x509pop;
 

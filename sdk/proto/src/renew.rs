@@ -14,6 +14,11 @@ pub struct RenewRequest {
     /// ignored: the new certificate's identity and statements come from the presented leaf.
     #[serde(with = "crate::b64")]
     pub csr: Vec<u8>,
+    /// Required when the presented leaf names a TPM attestation key (`urn:bc:tpm-ak:`): the
+    /// AK's certification of the CSR's key, qualified by `sha256(csr)`. No downgrade: such a
+    /// leaf never renews without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_attestation: Option<crate::tpm::TpmKeyAttestation>,
 }
 
 #[cfg(test)]
