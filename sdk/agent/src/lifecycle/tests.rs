@@ -269,8 +269,19 @@ async fn run_until(
     seen
 }
 
+/// The lifecycle tests run one at a time. They log from the same callsites on their own
+/// threads, and tracing caches each callsite's interest process-wide when it is first hit: a
+/// sibling test hitting `renewal failed` first, with no subscriber on its thread, while
+/// [`failures_are_logged_and_retried_with_backoff`] installs its capturing one, could leave
+/// that callsite cached as "never" and the capture empty (seen under load).
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 #[tokio::test]
 async fn renews_with_the_current_certificate_and_installs_the_next_key() {
+    let _serial = serial().await;
     // Half of a 100 s lifetime is gone: due now.
     let f = fixture(-60, 40);
     let before = load_identity(f.dir.path()).unwrap();
@@ -308,6 +319,7 @@ async fn renews_with_the_current_certificate_and_installs_the_next_key() {
 
 #[tokio::test]
 async fn an_expired_certificate_rejoins_with_x509pop() {
+    let _serial = serial().await;
     let f = fixture(-200, -100);
     let before = load_identity(f.dir.path()).unwrap();
     let pki = f.pki.clone();
@@ -351,6 +363,7 @@ impl std::io::Write for Logs {
 
 #[tokio::test]
 async fn failures_are_logged_and_retried_with_backoff() {
+    let _serial = serial().await;
     let logs = Logs::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -358,11 +371,6 @@ async fn failures_are_logged_and_retried_with_backoff() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    // Another test's thread may have hit the log's callsite first, with no subscriber, and
-    // cached "never" for it; registering this scoped one rebuilds that cache, but a
-    // registration racing the rebuild can store "never" again. Rebuild once more now that
-    // this subscriber is in place, so the capture does not depend on test order.
-    tracing::callsite::rebuild_interest_cache();
 
     let f = fixture(-60, 3600);
     // Nothing listens on port 1.
@@ -421,6 +429,7 @@ async fn failures_are_logged_and_retried_with_backoff() {
 
 #[tokio::test]
 async fn an_expired_certificate_that_cannot_rejoin_keeps_trying() {
+    let _serial = serial().await;
     let f = fixture(-200, -100);
     let lifecycle = Lifecycle::new(
         "https://127.0.0.1:1",
@@ -446,6 +455,7 @@ async fn an_expired_certificate_that_cannot_rejoin_keeps_trying() {
 
 #[tokio::test(start_paused = true)]
 async fn stops_when_told_and_sleeps_until_due() {
+    let _serial = serial().await;
     let f = fixture(-10, 3600);
     let lifecycle = Lifecycle::new(
         "https://127.0.0.1:1",
@@ -463,6 +473,7 @@ async fn stops_when_told_and_sleeps_until_due() {
 
 #[tokio::test]
 async fn a_missing_identity_or_a_bad_policy_ends_the_loop() {
+    let _serial = serial().await;
     let dir = tempfile::tempdir().unwrap();
     let trust = Pki::new().trust;
     let l = Lifecycle::new("https://h:1", trust.clone(), dir.path().into(), fast());
