@@ -159,7 +159,9 @@ async fn re_key_in_place(backend: Backend) {
     )
     .await;
     assert!(
-        out.contains(&format!("recorded for {node}: product uuid {UUID}, macs {MAC}")),
+        out.contains(&format!(
+            "recorded for {node}: product uuid {UUID}, macs {MAC}"
+        )),
         "{out}"
     );
 
@@ -175,7 +177,10 @@ async fn re_key_in_place(backend: Backend) {
     assert_eq!(started["tokenId"], token.id.as_str());
     // A second workflow for the same node while this one runs is refused.
     let (exit, _) = host
-        .cli(d, &["workflows", "start", &node, "--server-url", "https://h"])
+        .cli(
+            d,
+            &["workflows", "start", &node, "--server-url", "https://h"],
+        )
         .await;
     assert!(
         exit.output(String::new()).unwrap_err().contains("409"),
@@ -188,7 +193,11 @@ async fn re_key_in_place(backend: Backend) {
     let minted = tx.lock_token(&token.id).await.unwrap().unwrap();
     tx.commit().await.unwrap();
     assert_eq!(
-        (minted.role.as_str(), minted.uses_total, minted.pool_id.as_deref()),
+        (
+            minted.role.as_str(),
+            minted.uses_total,
+            minted.pool_id.as_deref()
+        ),
         ("provisioned", 1, Some("racks"))
     );
     assert_eq!(minted.expect, Default::default());
@@ -226,9 +235,15 @@ async fn re_key_in_place(backend: Backend) {
 
     // The workflow through the CLI: listed, shown, completed once.
     let list = cli(&host, d, &["workflows", "list"]).await;
-    assert!(list.contains(&workflow) && list.contains("running"), "{list}");
+    assert!(
+        list.contains(&workflow) && list.contains("running"),
+        "{list}"
+    );
     let shown = cli(&host, d, &["workflows", "show", &workflow]).await;
-    assert!(shown.contains(&format!("token     {} (0 use left", token.id)), "{shown}");
+    assert!(
+        shown.contains(&format!("token     {} (0 use left", token.id)),
+        "{shown}"
+    );
     let done = cli(&host, d, &["workflows", "complete", &workflow]).await;
     assert_eq!(done, format!("workflow {workflow} succeeded\n"));
     let (exit, _) = host.cli(d, &["workflows", "complete", &workflow]).await;
@@ -274,13 +289,22 @@ async fn refusals(backend: Backend) {
 
     // Another machine than the node's inventory names: nothing spent.
     let node = joined_node(&host).await;
-    cli(&host, d, &["nodes", "inventory", &node, "--product-uuid", UUID]).await;
+    cli(
+        &host,
+        d,
+        &["nodes", "inventory", &node, "--product-uuid", UUID],
+    )
+    .await;
     let started = start_workflow(&host, d, &node).await;
     let token = rendered_token(&started);
     refused(&host, &token, Some(OTHER_UUID), "product-uuid-mismatch").await;
     // A machine claiming no product UUID.
     refused(&host, &token, None, "no-product-uuid").await;
-    assert_eq!(uses_left(&host, &token.id).await, 1, "refusals spend nothing");
+    assert_eq!(
+        uses_left(&host, &token.id).await,
+        1,
+        "refusals spend nothing"
+    );
     // Cancelled, the workflow revokes its unspent token: the right machine is refused too.
     let workflow = started["workflow"]["id"].as_str().unwrap();
     let out = cli(&host, d, &["workflows", "cancel", workflow]).await;

@@ -88,17 +88,18 @@ pub struct Target {
 /// `userdata.render` step minted `token`, and the product UUID of that node's newest
 /// inventory. `None` when no workflow minted it or that workflow is no longer running.
 pub fn resolve_target(cx: &Context<'_>, token: &Token) -> Result<Option<Target>, Refusal> {
-    let storage = |_| refuse(reason::STORAGE).token(&token.id).tenant(&token.tenant_id);
+    let storage = |_| {
+        refuse(reason::STORAGE)
+            .token(&token.id)
+            .tenant(&token.tenant_id)
+    };
     let Some(workflow) = cx.tx.token_workflow(&token.id).map_err(storage)? else {
         return Ok(None);
     };
     if workflow.state != RUNNING {
         return Ok(None);
     }
-    let inventory = cx
-        .tx
-        .newest_inventory(&workflow.node_id)
-        .map_err(storage)?;
+    let inventory = cx.tx.newest_inventory(&workflow.node_id).map_err(storage)?;
     Ok(Some(Target {
         node_id: workflow.node_id,
         product_uuid: inventory.and_then(|i| i.product_uuid),

@@ -256,7 +256,10 @@ fn assert_refused(tx: &FakeTx, request: &JoinRequest, code: &str, node: Option<&
 #[test]
 fn the_running_workflows_target_is_re_keyed_when_the_uuid_matches() {
     let tx = FakeTx::with(token()).provisioning("running", Some(UUID));
-    assert_eq!(verify(&tx, &request(Some(UUID))), admitted(Some("node_7"), UUID));
+    assert_eq!(
+        verify(&tx, &request(Some(UUID))),
+        admitted(Some("node_7"), UUID)
+    );
     assert_eq!(tx.uses_left("tok_1"), 0, "the token is spent");
     // Spent: the same token never admits again.
     assert_refused(&tx, &request(Some(UUID)), reason::NO_USES_LEFT, None);
@@ -312,7 +315,10 @@ fn expect_and_target_must_both_match() {
     }
     // Agreeing, they admit as the target.
     let tx = FakeTx::with(token_expecting(UUID)).provisioning("running", Some(UUID));
-    assert_eq!(verify(&tx, &request(Some(UUID))), admitted(Some("node_7"), UUID));
+    assert_eq!(
+        verify(&tx, &request(Some(UUID))),
+        admitted(Some("node_7"), UUID)
+    );
 }
 
 #[test]

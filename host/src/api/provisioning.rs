@@ -9,8 +9,8 @@
 //! transaction that also appends its event.
 
 use axum::Json;
-use axum::extract::{Path, State};
 use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -45,7 +45,9 @@ pub(super) fn product_uuid(s: &str) -> Result<String, ApiError> {
     if lens == [8, 4, 4, 4, 12] && s.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit()) {
         Ok(s.to_ascii_lowercase())
     } else {
-        Err(ApiError::InvalidInput(format!("productUuid {s:?} is not a UUID")))
+        Err(ApiError::InvalidInput(format!(
+            "productUuid {s:?} is not a UUID"
+        )))
     }
 }
 
@@ -59,7 +61,9 @@ pub(super) fn mac(s: &str) -> Result<String, ApiError> {
     {
         Ok(octets.join(":").to_ascii_lowercase())
     } else {
-        Err(ApiError::InvalidInput(format!("{s:?} is not a MAC address")))
+        Err(ApiError::InvalidInput(format!(
+            "{s:?} is not a MAC address"
+        )))
     }
 }
 
@@ -85,11 +89,13 @@ pub(super) async fn record_inventory(
     let req = json_body(body)?;
     let product_uuid = req.product_uuid.as_deref().map(product_uuid).transpose()?;
     if req.macs.len() > MAX_MACS {
-        return Err(ApiError::InvalidInput(format!(
-            "at most {MAX_MACS} MACs"
-        )));
+        return Err(ApiError::InvalidInput(format!("at most {MAX_MACS} MACs")));
     }
-    let mut macs = req.macs.iter().map(|m| mac(m)).collect::<Result<Vec<_>, _>>()?;
+    let mut macs = req
+        .macs
+        .iter()
+        .map(|m| mac(m))
+        .collect::<Result<Vec<_>, _>>()?;
     macs.dedup();
     let (mut tx, node) = begin_node_action(&state, &headers, &id).await?;
     let at = tx.now().await?;
@@ -321,7 +327,9 @@ fn path_workflow_id(id: &str) -> Result<(), ApiError> {
     if is_id(id) {
         Ok(())
     } else {
-        Err(ApiError::InvalidInput("the workflow id is not an id".into()))
+        Err(ApiError::InvalidInput(
+            "the workflow id is not an id".into(),
+        ))
     }
 }
 
@@ -331,7 +339,14 @@ pub(super) async fn complete_workflow(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    finish(&state, &headers, &id, WORKFLOW_SUCCEEDED, "workflow.completed").await
+    finish(
+        &state,
+        &headers,
+        &id,
+        WORKFLOW_SUCCEEDED,
+        "workflow.completed",
+    )
+    .await
 }
 
 /// `POST /v1/admin/workflows/{id}/cancel`: an operator stopped the deploy.
@@ -340,7 +355,14 @@ pub(super) async fn cancel_workflow(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    finish(&state, &headers, &id, WORKFLOW_CANCELLED, "workflow.cancelled").await
+    finish(
+        &state,
+        &headers,
+        &id,
+        WORKFLOW_CANCELLED,
+        "workflow.cancelled",
+    )
+    .await
 }
 
 /// Moves a running workflow to `to` and revokes its token if it is still unspent: a finished
@@ -441,7 +463,12 @@ mod tests {
             product_uuid("4C4C4544-0042-3510-8052-B4C04F384D32").unwrap(),
             "4c4c4544-0042-3510-8052-b4c04f384d32"
         );
-        for bad in ["", "4c4c4544", "4c4c4544-0042-3510-8052-b4c04f384d3g", "{4c4c4544-0042-3510-8052-b4c04f384d32}"] {
+        for bad in [
+            "",
+            "4c4c4544",
+            "4c4c4544-0042-3510-8052-b4c04f384d3g",
+            "{4c4c4544-0042-3510-8052-b4c04f384d32}",
+        ] {
             assert!(product_uuid(bad).is_err(), "{bad}");
         }
         assert_eq!(mac("AA-BB-CC-00-11-22").unwrap(), "aa:bb:cc:00:11:22");

@@ -169,8 +169,8 @@ pub fn check(f: &Facts<'_>) -> Result<Placement, PolicyRefusal> {
             // this very node, to re-key it once the installed system joins (seed: provisioned).
             // It re-keys that node and no other: the workflow is read by JoinService, so an
             // attestor cannot point a provisioned token at a node of its choosing.
-            let provisioning = token.role == TokenRole::Provisioned
-                && f.minted_for == Some(node.id.as_str());
+            let provisioning =
+                token.role == TokenRole::Provisioned && f.minted_for == Some(node.id.as_str());
             if !token.reclaim && !expected && !provisioning {
                 return Err(PolicyRefusal::Reclaim);
             }

@@ -229,14 +229,10 @@ fn read_token(args: &JoinArgs) -> Result<TokenString, Failure> {
         (Some(file), _) => TokenString::parse(&read(file)?)
             .with_context(|| file.display().to_string())
             .map_err(usage),
-        (None, Some(userdata)) => {
-            gatehouse_proto::userdata::token_from_userdata(&read(userdata)?)
-                .with_context(|| userdata.display().to_string())
-                .map_err(usage)
-        }
-        (None, None) => Err(usage(anyhow::anyhow!(
-            "pass --token-file or --userdata"
-        ))),
+        (None, Some(userdata)) => gatehouse_proto::userdata::token_from_userdata(&read(userdata)?)
+            .with_context(|| userdata.display().to_string())
+            .map_err(usage),
+        (None, None) => Err(usage(anyhow::anyhow!("pass --token-file or --userdata"))),
     }
 }
 

@@ -109,7 +109,12 @@ pub(in crate::cli) async fn inventory(
     if a.json {
         write_json(out, &row)?;
     } else {
-        let macs: Vec<&str> = row["macs"].as_array().into_iter().flatten().map(text).collect();
+        let macs: Vec<&str> = row["macs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
         writeln!(
             out,
             "inventory {} recorded for {id}: product uuid {}, macs {}",
