@@ -13,8 +13,19 @@ const BUILTIN: &[&str] = &[
     "gatehouse-attestor-x509pop",
 ];
 
+/// Built-in attestors that embed join-token's token checks (its crate without the `component`
+/// feature). They are built in a target directory of their own: in one nested cargo with
+/// join-token itself, feature unification would turn `component` on for them too (two exports
+/// of the verifier), and a cdylib's file name has no hash, so the two builds of join-token
+/// would overwrite each other.
+const BUILTIN_EMBEDDING_JOIN_TOKEN: &[&str] = &["gatehouse-attestor-provisioned"];
+
 fn main() {
-    let built = gatehouse_build_support::build_components(BUILTIN);
+    let mut built = gatehouse_build_support::build_components(BUILTIN);
+    built.extend(gatehouse_build_support::build_components_in(
+        "components-embedding",
+        BUILTIN_EMBEDDING_JOIN_TOKEN,
+    ));
     let mut source = String::from(
         "/// The built-in attestors: `(package, component)`, built from this workspace.\n\
          pub static BUILTIN_ATTESTORS: &[(&str, &[u8])] = &[\n",

@@ -12,6 +12,7 @@ mod common;
 mod join_token;
 mod nodes;
 mod pools;
+mod provisioned;
 mod renew;
 mod response;
 mod sandbox;

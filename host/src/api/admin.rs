@@ -255,7 +255,7 @@ async fn lock_live_node(tx: &mut Tx, id: &str) -> Result<Option<NodeRow>, ApiErr
 
 /// What every operator action on a node starts with: the admin key, a well-formed id, and a
 /// transaction holding the live (not deleted) node's row locked; `NotFound` otherwise.
-async fn begin_node_action(
+pub(super) async fn begin_node_action(
     state: &AppState,
     headers: &HeaderMap,
     id: &str,
@@ -273,7 +273,7 @@ async fn begin_node_action(
 }
 
 /// Appends the event of an operator's action on `node`.
-async fn node_event(
+pub(super) async fn node_event(
     tx: &mut Tx,
     kind: &str,
     node: &NodeRow,

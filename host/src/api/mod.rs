@@ -7,6 +7,7 @@ mod join;
 mod join_requests;
 mod mtls;
 mod pools;
+mod provisioning;
 mod renew;
 
 use std::net::SocketAddr;
@@ -106,6 +107,27 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/admin/join-requests/{id}/deny",
             post(join_requests::deny_join_request),
+        )
+        .route(
+            "/v1/admin/nodes/{id}/inventories",
+            post(provisioning::record_inventory).get(provisioning::list_inventories),
+        )
+        .route(
+            "/v1/admin/workflows",
+            post(provisioning::start_workflow).get(provisioning::list_workflows),
+        )
+        .route("/v1/admin/workflows/{id}", get(provisioning::show_workflow))
+        .route(
+            "/v1/admin/workflows/{id}/complete",
+            post(provisioning::complete_workflow),
+        )
+        .route(
+            "/v1/admin/workflows/{id}/cancel",
+            post(provisioning::cancel_workflow),
+        )
+        .route(
+            "/v1/admin/attestation-uses/prune",
+            post(provisioning::prune_uses),
         )
         .route("/v1/admin/events", get(admin::list_events))
         .route("/v1/admin/audits", get(admin::list_audits))

@@ -10,6 +10,9 @@ use serde_json::{Value, json};
 
 use super::AdminConnection;
 
+mod provisioning;
+pub(super) use provisioning::{PruneUsesArgs, WorkflowsCommand, prune_uses, workflows};
+
 #[derive(Debug, Subcommand)]
 pub(super) enum TokenCommand {
     /// Creates a token and prints it (shown once).
@@ -90,6 +93,9 @@ pub(super) enum NodesCommand {
     RevokeIdentity(DestructiveArgs),
     /// Revokes one certificate of a node.
     RevokeCert(RevokeCertArgs),
+    /// Records an inventory of a node (its product UUID and MACs); the newest is what a
+    /// provisioned join is checked against.
+    Inventory(provisioning::InventoryArgs),
 }
 
 #[derive(Debug, Args)]
@@ -369,6 +375,7 @@ pub(super) async fn nodes(
         NodesCommand::Retire(a) => destructive(out, a, Destructive::Retire).await?,
         NodesCommand::Delete(a) => destructive(out, a, Destructive::Delete).await?,
         NodesCommand::RevokeIdentity(a) => destructive(out, a, Destructive::RevokeIdentity).await?,
+        NodesCommand::Inventory(a) => provisioning::inventory(a, out).await?,
         NodesCommand::RevokeCert(a) => {
             let id = segment("node id", &a.id)?;
             let serial = segment("serial", &a.serial)?;

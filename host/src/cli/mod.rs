@@ -46,6 +46,13 @@ enum Command {
         #[command(subcommand)]
         command: admin::JoinRequestsCommand,
     },
+    /// Provisioning workflows (through the admin API).
+    Workflows {
+        #[command(subcommand)]
+        command: admin::WorkflowsCommand,
+    },
+    /// Deletes expired single-use evidence records (through the admin API), in batches.
+    PruneUses(admin::PruneUsesArgs),
     /// Prints events (through the admin API).
     Events(admin::EventsArgs),
     /// Attestors (through the admin API).
@@ -105,7 +112,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     execute(cli, &mut stdout).await
 }
 
-/// Runs the command, writing the `nodes` and `pools` commands' output to `out` (the others
+/// Runs the command, writing the `nodes`, `pools`, `workflows` and `prune-uses` commands' output to `out` (the others
 /// print to stdout). Returns [`NotConfirmed`] for a destructive command without `--yes`.
 pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow::Result<()> {
     match cli.command {
@@ -117,6 +124,8 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Nodes { command } => admin::nodes(command, out).await,
         Command::Pools { command } => admin::pools(command, out).await,
         Command::JoinRequests { command } => admin::join_requests(command, out).await,
+        Command::Workflows { command } => admin::workflows(command, out).await,
+        Command::PruneUses(args) => admin::prune_uses(args, out).await,
         Command::Events(args) => admin::events(args).await,
         Command::Attestors { command } => admin::attestors(command).await,
         Command::Bench(args) => bench::run(args).await,

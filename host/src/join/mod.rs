@@ -288,6 +288,9 @@ impl JoinService {
         };
         let existing_role = stored.as_ref().map(|n| n.role);
         let node = stored.map(crate::imports::wit_node);
+        let minted_for = provisioned_target(&mut tx, &effects, &result)
+            .await
+            .map_err(|e| unavailable("token workflow", e))?;
         let facts = policy::Facts {
             result: &result,
             effects: &effects,
@@ -299,6 +302,7 @@ impl JoinService {
             claims: &request.claims,
             now,
             node: node.as_ref(),
+            minted_for: minted_for.as_deref(),
         };
         let placement = match policy::check(&facts) {
             Ok(p) => p,
@@ -510,6 +514,28 @@ impl JoinService {
         }
         JoinError::Denied
     }
+}
+
+/// For a join that spent a `provisioned` token: the node of the running workflow whose
+/// `userdata.render` step minted it, read here rather than taken from the attestor, so the
+/// policy lets that token re-key exactly that node ([`policy::Facts::minted_for`]).
+async fn provisioned_target(
+    tx: &mut Tx,
+    effects: &crate::imports::Effects,
+    result: &wit::AttestationResult,
+) -> Result<Option<String>, StoreError> {
+    let provisioned = effects
+        .locked_tokens
+        .iter()
+        .find(|t| Some(&t.id) == result.token_id.as_ref() && t.role == wit::TokenRole::Provisioned);
+    let Some(token) = provisioned else {
+        return Ok(None);
+    };
+    Ok(tx
+        .token_workflow(&token.id)
+        .await?
+        .filter(|w| w.state == crate::store::WORKFLOW_RUNNING)
+        .map(|w| w.node_id))
 }
 
 fn unavailable(what: &str, e: impl std::fmt::Display) -> JoinError {

@@ -103,6 +103,10 @@ pub struct Facts<'a> {
     /// The node the result names, as read in the transaction (None if it names none, or if it
     /// names one that does not exist).
     pub node: Option<&'a Node>,
+    /// For a spent `provisioned` token: the node of the running workflow whose
+    /// `userdata.render` step minted it, as JoinService read it in the transaction (never as
+    /// the attestor said).
+    pub minted_for: Option<&'a str>,
 }
 
 /// Where the machine joins, once the policy accepts the result.
@@ -161,7 +165,13 @@ pub fn check(f: &Facts<'_>) -> Result<Placement, PolicyRefusal> {
         }
         if let Some(token) = token {
             let expected = token.expect.node_id.as_deref() == Some(node.id.as_str());
-            if !token.reclaim && !expected {
+            // A provisioned token is minted, without `reclaim`, by the workflow that deploys
+            // this very node, to re-key it once the installed system joins (seed: provisioned).
+            // It re-keys that node and no other: the workflow is read by JoinService, so an
+            // attestor cannot point a provisioned token at a node of its choosing.
+            let provisioning =
+                token.role == TokenRole::Provisioned && f.minted_for == Some(node.id.as_str());
+            if !token.reclaim && !expected && !provisioning {
                 return Err(PolicyRefusal::Reclaim);
             }
         }
@@ -351,6 +361,7 @@ mod tests {
             claims,
             now: 1_000,
             node,
+            minted_for: None,
         })
     }
 
@@ -398,6 +409,7 @@ mod tests {
             claims: &c,
             now: 1_000,
             node: None,
+            minted_for: None,
         });
         assert_eq!(other, Err(PolicyRefusal::TokenAccounting));
     }
@@ -525,6 +537,50 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_provisioned_token_re_keys_only_the_node_its_running_workflow_provisions() {
+        let mut r = result();
+        r.node_id = Some("node_x".into());
+        let c = Claims::default();
+        let mut t = token();
+        t.role = TokenRole::Provisioned;
+        let e = effects(t.clone());
+        let facts = |minted_for| Facts {
+            result: &r,
+            effects: &e,
+            request_token: Some("tok_a"),
+            role: Role::Node,
+            claims: &c,
+            now: 1_000,
+            node: None,
+            minted_for,
+        };
+        let target = node("root");
+        let with_node = |minted_for| {
+            check(&Facts {
+                node: Some(&target),
+                ..facts(minted_for)
+            })
+        };
+        assert_eq!(
+            with_node(Some("node_x")).unwrap().node_id.as_deref(),
+            Some("node_x")
+        );
+        // No running workflow minted it, or one for another node: no re-key without reclaim.
+        assert_eq!(with_node(None), Err(PolicyRefusal::Reclaim));
+        assert_eq!(with_node(Some("node_y")), Err(PolicyRefusal::Reclaim));
+        // A node token gets no such pass, whatever JoinService read.
+        let node_token = effects(token());
+        assert_eq!(
+            check(&Facts {
+                effects: &node_token,
+                node: Some(&target),
+                ..facts(Some("node_x"))
+            }),
+            Err(PolicyRefusal::Reclaim)
+        );
+    }
+
     fn pool(join_attestors: Option<&[&str]>) -> PoolRow {
         PoolRow {
             tenant_id: "root".into(),
@@ -574,6 +630,7 @@ mod tests {
                 claims: &c,
                 now: 0,
                 node: None,
+                minted_for: None,
             })
         };
         assert_eq!(f(&r), Err(PolicyRefusal::NoTenant));

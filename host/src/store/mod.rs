@@ -34,6 +34,7 @@ mod journal;
 mod kv;
 mod migrate;
 mod nodes;
+mod provisioning;
 mod reads;
 mod rows;
 mod tokens;
@@ -48,6 +49,9 @@ mod tests;
 pub use db::{Backend, Db, sqlite_url};
 pub use error::StoreError;
 pub use kv::KV_VALUE_MAX;
+pub use provisioning::{
+    USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_FAILED, WORKFLOW_RUNNING, WORKFLOW_SUCCEEDED,
+};
 pub use rows::{
     AuditResult, AuditRow, EventRow, InventoryRow, JoinDecision, JoinRequestRow, JoinRequestState,
     LeaseRow, NewAudit, NewEvent, NewNode, NewNodeCert, NewToken, NodeCertRow, NodeRole, NodeRow,

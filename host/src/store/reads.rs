@@ -27,7 +27,7 @@ fn lease(row: &AnyRow) -> Result<LeaseRow, StoreError> {
     })
 }
 
-fn inventory(row: &AnyRow) -> Result<InventoryRow, StoreError> {
+pub(super) fn inventory(row: &AnyRow) -> Result<InventoryRow, StoreError> {
     let f = Fields::new(row, "inventories");
     Ok(InventoryRow {
         id: f.text("id")?,
@@ -38,7 +38,7 @@ fn inventory(row: &AnyRow) -> Result<InventoryRow, StoreError> {
     })
 }
 
-fn workflow(row: &AnyRow) -> Result<WorkflowRow, StoreError> {
+pub(super) fn workflow(row: &AnyRow) -> Result<WorkflowRow, StoreError> {
     let f = Fields::new(row, "workflows");
     Ok(WorkflowRow {
         id: f.text("id")?,

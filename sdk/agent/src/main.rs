@@ -97,8 +97,12 @@ struct JoinArgs {
     #[arg(long, value_name = "FILE")]
     ca: PathBuf,
     /// The file holding the join token (gh1.<id>.<secret>).
-    #[arg(long, value_name = "FILE")]
-    token_file: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "userdata")]
+    token_file: Option<PathBuf>,
+    /// Instead of --token-file: the user data a provisioning workflow rendered (for example
+    /// /var/lib/cloud/instance/user-data.txt); the one join token in it is used.
+    #[arg(long, value_name = "FILE", conflicts_with = "token_file")]
+    userdata: Option<PathBuf>,
     /// The directory to write the identity to; it must not hold one yet.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -219,11 +223,22 @@ fn reset(
     Ok(())
 }
 
+/// The join token, from --token-file or from the user data a provisioning workflow rendered.
+fn read_token(args: &JoinArgs) -> Result<TokenString, Failure> {
+    match (&args.token_file, &args.userdata) {
+        (Some(file), _) => TokenString::parse(&read(file)?)
+            .with_context(|| file.display().to_string())
+            .map_err(usage),
+        (None, Some(userdata)) => gatehouse_proto::userdata::token_from_userdata(&read(userdata)?)
+            .with_context(|| userdata.display().to_string())
+            .map_err(usage),
+        (None, None) => Err(usage(anyhow::anyhow!("pass --token-file or --userdata"))),
+    }
+}
+
 async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     let trust = read_trust(&args.ca)?;
-    let token = TokenString::parse(&read(&args.token_file)?)
-        .with_context(|| args.token_file.display().to_string())
-        .map_err(usage)?;
+    let token = read_token(&args)?;
     let client = JoinClient::new(&args.server, &trust).map_err(usage)?;
     // Only once the invocation is known to be usable: a reset is not undone when the join
     // fails (a later plain join joins).
@@ -412,6 +427,48 @@ mod tests {
             "zz:54:00:00:00:01 is not a MAC address like 52:54:00:12:34:56"
         );
         assert!(parse_uuid("4c4c4544-0000-1000-8000-00000000000g").is_err());
+    }
+
+    #[test]
+    fn a_provisioned_join_reads_its_token_from_the_user_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = TokenString {
+            id: "tok_p".into(),
+            secret: vec![3; 32],
+        };
+        let rendered = gatehouse_proto::userdata::render(&gatehouse_proto::userdata::Userdata {
+            workflow_id: "wf_1",
+            node_id: "node_1",
+            token: &token.to_text(),
+            server_url: "https://h:8443",
+        })
+        .unwrap();
+        let path = dir.path().join("user-data");
+        std::fs::write(&path, rendered).unwrap();
+        let path = path.display().to_string();
+        let base = [
+            "gatehouse-agent",
+            "join",
+            "--server",
+            "https://h",
+            "--ca",
+            "c",
+            "--out",
+            "d",
+            "--attestor",
+            "provisioned",
+        ];
+        let cli = Cli::try_parse_from(base.iter().copied().chain(["--userdata", &path])).unwrap();
+        let Command::Join(args) = cli.command else {
+            panic!("a join")
+        };
+        assert_eq!(args.attestor, "provisioned");
+        assert_eq!(read_token(&args).unwrap(), token);
+        let both = base
+            .iter()
+            .copied()
+            .chain(["--userdata", &path, "--token-file", "t"]);
+        assert_eq!(Cli::try_parse_from(both).unwrap_err().exit_code(), 2);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod seal;
 mod token;
 pub mod tpm;
 mod trust;
+pub mod userdata;
 pub mod x509pop;
 
 pub use join::{

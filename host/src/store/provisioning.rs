@@ -1,0 +1,203 @@
+//! Provisioning workflows and inventories as the admin API manages them: listing, moving a
+//! workflow on, and a node's inventories. (The rows attestors read, `newest_inventory` and
+//! `token_workflow`, and the inserts live in `reads.rs`.)
+
+use super::reads::{inventory, workflow};
+use super::{InventoryRow, StoreError, Tx, WorkflowRow};
+
+/// A workflow that is deploying its node: the only state in which it vouches for the token its
+/// `userdata.render` step minted.
+pub const WORKFLOW_RUNNING: &str = "running";
+/// A workflow whose deploy finished.
+pub const WORKFLOW_SUCCEEDED: &str = "succeeded";
+/// A workflow whose deploy failed.
+pub const WORKFLOW_FAILED: &str = "failed";
+/// A workflow an operator stopped.
+pub const WORKFLOW_CANCELLED: &str = "cancelled";
+/// The step that mints the provisioned token and renders it into the machine's user data.
+pub const USERDATA_RENDER: &str = "userdata.render";
+
+/// The columns [`workflow`] reads.
+const WORKFLOW_COLUMNS: &str = "id, node_id, state, step, token_id, created_at";
+
+impl Tx {
+    /// Looks up a workflow.
+    pub async fn workflow(&mut self, id: &str) -> Result<Option<WorkflowRow>, StoreError> {
+        let sql = format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = $1");
+        let row = self.fetch_optional(sqlx::query(&sql).bind(id)).await?;
+        row.as_ref().map(workflow).transpose()
+    }
+
+    /// Every workflow, oldest first.
+    pub async fn list_workflows(&mut self) -> Result<Vec<WorkflowRow>, StoreError> {
+        let sql = format!("SELECT {WORKFLOW_COLUMNS} FROM workflows ORDER BY created_at, id");
+        let rows = self.fetch_all(sqlx::query(&sql)).await?;
+        rows.iter().map(workflow).collect()
+    }
+
+    /// The running workflows of a node.
+    pub async fn running_workflows(
+        &mut self,
+        node_id: &str,
+    ) -> Result<Vec<WorkflowRow>, StoreError> {
+        let sql = format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE node_id = $1 AND state = $2 \
+             ORDER BY created_at, id"
+        );
+        let q = sqlx::query(&sql).bind(node_id).bind(WORKFLOW_RUNNING);
+        let rows = self.fetch_all(q).await?;
+        rows.iter().map(workflow).collect()
+    }
+
+    /// Moves a running workflow to `state` (a final one); whether it was running. A finished
+    /// workflow never runs again, so its token no longer resolves to its node.
+    pub async fn finish_workflow(&mut self, id: &str, state: &str) -> Result<bool, StoreError> {
+        let q = sqlx::query("UPDATE workflows SET state = $2 WHERE id = $1 AND state = $3")
+            .bind(id)
+            .bind(state)
+            .bind(WORKFLOW_RUNNING);
+        Ok(self.execute(q).await? == 1)
+    }
+
+    /// A node's inventories, newest first.
+    pub async fn inventories(&mut self, node_id: &str) -> Result<Vec<InventoryRow>, StoreError> {
+        let q = sqlx::query(
+            "SELECT id, node_id, product_uuid, macs, recorded_at FROM inventories \
+             WHERE node_id = $1 ORDER BY recorded_at DESC, id DESC",
+        )
+        .bind(node_id);
+        let rows = self.fetch_all(q).await?;
+        rows.iter().map(inventory).collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::{NewNode, NodeRole, UseOutcome, testing};
+    use super::*;
+
+    fn new_node(id: &str) -> NewNode {
+        NewNode {
+            id: id.into(),
+            tenant_id: "root".into(),
+            pool_id: None,
+            site_id: None,
+            role: NodeRole::Node,
+            identity_generation: 1,
+            hardware_key: None,
+            created_at: 1,
+        }
+    }
+
+    fn wf(id: &str, at: i64) -> WorkflowRow {
+        WorkflowRow {
+            id: id.into(),
+            node_id: "node_1".into(),
+            state: WORKFLOW_RUNNING.into(),
+            step: USERDATA_RENDER.into(),
+            token_id: Some(format!("tok_{id}")),
+            created_at: at,
+        }
+    }
+
+    #[tokio::test]
+    async fn workflows_are_listed_and_finish_once() {
+        for t in testing::all().await {
+            let mut tx = t.db.begin().await.unwrap();
+            tx.insert_node(&new_node("node_1")).await.unwrap();
+            tx.insert_workflow(&wf("wf2", 2)).await.unwrap();
+            tx.insert_workflow(&wf("wf1", 1)).await.unwrap();
+            assert_eq!(
+                tx.list_workflows().await.unwrap(),
+                [wf("wf1", 1), wf("wf2", 2)]
+            );
+            assert_eq!(tx.workflow("wf2").await.unwrap(), Some(wf("wf2", 2)));
+            assert_eq!(tx.workflow("wf3").await.unwrap(), None);
+            assert_eq!(tx.running_workflows("node_1").await.unwrap().len(), 2);
+
+            assert!(tx.finish_workflow("wf1", WORKFLOW_SUCCEEDED).await.unwrap());
+            // Finished: it never moves again.
+            assert!(!tx.finish_workflow("wf1", WORKFLOW_CANCELLED).await.unwrap());
+            assert!(!tx.finish_workflow("wf3", WORKFLOW_FAILED).await.unwrap());
+            assert_eq!(
+                tx.workflow("wf1").await.unwrap().unwrap().state,
+                WORKFLOW_SUCCEEDED
+            );
+            assert_eq!(
+                tx.running_workflows("node_1").await.unwrap(),
+                [wf("wf2", 2)]
+            );
+
+            tx.insert_inventory(&InventoryRow {
+                id: "inv_a".into(),
+                node_id: "node_1".into(),
+                product_uuid: None,
+                macs: vec![],
+                recorded_at: 5,
+            })
+            .await
+            .unwrap();
+            tx.insert_inventory(&InventoryRow {
+                id: "inv_b".into(),
+                node_id: "node_1".into(),
+                product_uuid: Some("u".into()),
+                macs: vec!["aa:bb:cc:dd:ee:ff".into()],
+                recorded_at: 6,
+            })
+            .await
+            .unwrap();
+            let ids: Vec<_> = tx
+                .inventories("node_1")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| i.id)
+                .collect();
+            assert_eq!(ids, ["inv_b", "inv_a"]);
+            tx.commit().await.unwrap();
+        }
+    }
+
+    /// prune_uses deletes expired records only, at most `batch` per call, and a pruned
+    /// subject may be recorded again.
+    #[tokio::test]
+    async fn prune_uses_deletes_expired_records_in_batches() {
+        for t in testing::all().await {
+            let mut tx = t.db.begin().await.unwrap();
+            for i in 0..7 {
+                let subject = format!("old:{i}");
+                assert_eq!(
+                    tx.record_use("x", &subject, 100 + i, 0).await.unwrap(),
+                    UseOutcome::Recorded
+                );
+            }
+            for i in 0..3 {
+                tx.record_use("x", &format!("live:{i}"), 10_000, 0)
+                    .await
+                    .unwrap();
+            }
+            // At 106 every old record has expired (expires_at <= now).
+            assert_eq!(tx.prune_uses(106, 5).await.unwrap(), 5);
+            assert_eq!(tx.prune_uses(106, 5).await.unwrap(), 2);
+            assert_eq!(tx.prune_uses(106, 5).await.unwrap(), 0);
+            // The live ones are still there: each is still a replay.
+            for i in 0..3 {
+                assert_eq!(
+                    tx.record_use("x", &format!("live:{i}"), 20_000, 106)
+                        .await
+                        .unwrap(),
+                    UseOutcome::Reused
+                );
+            }
+            // A pruned subject is gone, so it records afresh.
+            assert_eq!(
+                tx.record_use("x", "old:0", 20_000, 106).await.unwrap(),
+                UseOutcome::Recorded
+            );
+            // Expiry is inclusive: a record expiring at `now` goes.
+            assert_eq!(tx.prune_uses(10_000, 100).await.unwrap(), 3);
+            tx.commit().await.unwrap();
+        }
+    }
+}
