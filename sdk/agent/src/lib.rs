@@ -13,6 +13,7 @@
 
 mod cert;
 mod client;
+mod cloud_iid;
 mod identity;
 mod key;
 mod lifecycle;
@@ -26,6 +27,7 @@ mod verify;
 mod x509pop;
 
 pub use cert::{CertError, NodeCert};
+pub use cloud_iid::{CloudIidProducer, DocumentError};
 pub use client::{
     JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
 };
