@@ -6,7 +6,9 @@
 
 use std::sync::OnceLock;
 
-use gatehouse_agent::{CloudIidProducer, JoinClient, JoinError, JoinOptions, Joined, NodeKey, join};
+use gatehouse_agent::{
+    CloudIidProducer, JoinClient, JoinError, JoinOptions, Joined, NodeKey, join,
+};
 use gatehouse_attestor_cloud_iid::mint::{self, Providers, Sign};
 use gatehouse_proto::Role;
 use gatehouse_proto::cloud_iid::{CLOUD_IID, CloudIidEvidence, Provider};
@@ -147,7 +149,11 @@ async fn refusals(backend: Backend) {
     .await;
     refused(
         &host,
-        gcp(mint::jwt(&claims, Some("not-configured"), Sign::Rs256(&k.gcp_key))),
+        gcp(mint::jwt(
+            &claims,
+            Some("not-configured"),
+            Sign::Rs256(&k.gcp_key),
+        )),
         "unknown-key",
         "a kid not configured",
     )

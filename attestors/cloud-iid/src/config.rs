@@ -173,13 +173,17 @@ impl Config {
             })
             .transpose()
         };
-        let tokens = |raw: Option<RawToken>, provider: Provider| -> Result<Option<Tokens>, String> {
+        let tokens = |raw: Option<RawToken>,
+                      provider: Provider|
+         -> Result<Option<Tokens>, String> {
             let name = provider.as_str();
             raw.map(|r| {
                 let jwks = match r.jwks {
-                    serde_json::Value::String(text) => serde_json::from_str(&text).map_err(|e| {
-                        format!("invalid configuration: providers.{name}.jwks: not JSON: {e}")
-                    })?,
+                    serde_json::Value::String(text) => {
+                        serde_json::from_str(&text).map_err(|e| {
+                            format!("invalid configuration: providers.{name}.jwks: not JSON: {e}")
+                        })?
+                    }
                     other => other,
                 };
                 let keys = KeySet::parse(&jwks)

@@ -116,7 +116,10 @@ impl KeySet {
             if let Some(alg) = &jwk.alg
                 && Alg::parse(alg) != Some(key.alg)
             {
-                return Err(format!("key {kid:?}: alg {alg} does not fit a {} key", jwk.kty));
+                return Err(format!(
+                    "key {kid:?}: alg {alg} does not fit a {} key",
+                    jwk.kty
+                ));
             }
             if keys.insert(kid.clone(), key).is_some() {
                 return Err(format!("kid {kid:?} twice"));
@@ -178,7 +181,12 @@ fn ec_key(jwk: &Jwk) -> Result<Key, String> {
     point.extend_from_slice(&x);
     point.extend_from_slice(&y);
     let curve = der::Any::from(&const_oid::db::rfc5912::SECP_256_R_1);
-    spki_der(const_oid::db::rfc5912::ID_EC_PUBLIC_KEY, Some(curve), &point).map(|spki| Key {
+    spki_der(
+        const_oid::db::rfc5912::ID_EC_PUBLIC_KEY,
+        Some(curve),
+        &point,
+    )
+    .map(|spki| Key {
         alg: Alg::Es256,
         spki,
     })

@@ -104,10 +104,7 @@ impl Identity {
     /// The ledger and audit subject, `cloud:<provider>:<account>:<instance>`. The account has
     /// no `:`, so the subject names one identity.
     pub fn subject(&self) -> String {
-        format!(
-            "cloud:{}:{}:{}",
-            self.provider, self.account, self.instance
-        )
+        format!("cloud:{}:{}:{}", self.provider, self.account, self.instance)
     }
 }
 
@@ -385,7 +382,8 @@ pub(crate) fn sane_account(account: &str) -> bool {
 
 /// Whether `instance` can be an instance: 1 to 256 bytes of visible ASCII.
 fn sane_instance(instance: &str) -> bool {
-    (1..=MAX_INSTANCE_LEN).contains(&instance.len()) && instance.bytes().all(|b| b.is_ascii_graphic())
+    (1..=MAX_INSTANCE_LEN).contains(&instance.len())
+        && instance.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// Standard base64 as the metadata services serve it: line breaks and PEM armour
@@ -411,7 +409,20 @@ fn decode_base64_text(text: &str) -> Option<Vec<u8>> {
 /// component for twenty lines.
 fn utc_ms(year: i64, month: i64, day: i64, hour: i64, minute: i64, second: i64) -> Option<i64> {
     let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let days_in_month = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let days_in_month = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     let max_day = *days_in_month.get(usize::try_from(month - 1).ok()?)?;
     if !(1..=max_day).contains(&day) || !(0..24).contains(&hour) || !(0..60).contains(&minute) {
         return None;

@@ -230,7 +230,11 @@ fn element<'a>(input: &'a [u8], depth: usize, out: &mut Vec<u8>) -> Option<&'a [
             }
             let (bytes, after) = rest.split_at(count);
             rest = after;
-            Some(bytes.iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b)))
+            Some(
+                bytes
+                    .iter()
+                    .fold(0usize, |acc, b| (acc << 8) | usize::from(*b)),
+            )
         }
     };
     // A constructed OCTET STRING (universal 4) is a list of pieces: DER wants one primitive.
@@ -296,7 +300,9 @@ fn flatten_octets(mut der: &[u8]) -> Option<Vec<u8>> {
             }
             let (bytes, rest) = rest.split_at(count);
             (
-                bytes.iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b)),
+                bytes
+                    .iter()
+                    .fold(0usize, |acc, b| (acc << 8) | usize::from(*b)),
                 rest,
             )
         };

@@ -125,7 +125,8 @@ impl Crypto for FakeCrypto {
         match scheme {
             SignatureScheme::RsaPkcs1Sha256 => {
                 use rsa::signature::Verifier as _;
-                let key = rsa::RsaPublicKey::from_public_key_der(spki).map_err(|e| malformed(&e))?;
+                let key =
+                    rsa::RsaPublicKey::from_public_key_der(spki).map_err(|e| malformed(&e))?;
                 let key = rsa::pkcs1v15::VerifyingKey::<sha2::Sha256>::new(key);
                 let signature =
                     rsa::pkcs1v15::Signature::try_from(signature).map_err(|e| malformed(&e))?;
@@ -282,12 +283,23 @@ fn each_provider_admits_once_then_refuses_instance_reused() {
             "{p}: recorded forever"
         );
         // The same document again, and a fresh document of the same instance.
-        assert_eq!(reason_of(verify_evidence(&tx, &ev)), "instance-reused", "{p}");
+        assert_eq!(
+            reason_of(verify_evidence(&tx, &ev)),
+            "instance-reused",
+            "{p}"
+        );
         let fresh = evidence(p, &account, "inst-1", NOW);
-        assert_eq!(reason_of(verify_evidence(&tx, &fresh)), "instance-reused", "{p}");
+        assert_eq!(
+            reason_of(verify_evidence(&tx, &fresh)),
+            "instance-reused",
+            "{p}"
+        );
         // Another instance of the account is another machine.
         let other = evidence(p, &account, "inst-2", NOW);
-        assert!(matches!(verify_evidence(&tx, &other), Outcome::Admitted(_)), "{p}");
+        assert!(
+            matches!(verify_evidence(&tx, &other), Outcome::Admitted(_)),
+            "{p}"
+        );
     }
 }
 
@@ -299,10 +311,21 @@ fn too_old_and_future_documents_are_refused() {
         let old = evidence(p, &account, "i", NOW - DEFAULT_MAX_AGE_MS as i64 - 1000);
         assert_eq!(reason_of(verify_evidence(&tx, &old)), "too-old", "{p}");
         let edge = evidence(p, &account, "i", NOW - DEFAULT_MAX_AGE_MS as i64);
-        assert!(matches!(verify_evidence(&tx, &edge), Outcome::Admitted(_)), "{p}");
+        assert!(
+            matches!(verify_evidence(&tx, &edge), Outcome::Admitted(_)),
+            "{p}"
+        );
         let future = evidence(p, &account, "j", NOW + 2 * MINUTE);
-        assert_eq!(reason_of(verify_evidence(&tx, &future)), "not-yet-valid", "{p}");
-        assert!(!tx.uses.borrow().contains_key(&format!("cloud:{p}:{account}:j")));
+        assert_eq!(
+            reason_of(verify_evidence(&tx, &future)),
+            "not-yet-valid",
+            "{p}"
+        );
+        assert!(
+            !tx.uses
+                .borrow()
+                .contains_key(&format!("cloud:{p}:{account}:j"))
+        );
     }
 }
 
@@ -331,7 +354,11 @@ fn unknown_accounts_and_unconfigured_providers_are_refused() {
     for p in Provider::ALL {
         let tx = FakeTx::new();
         let ev = evidence(p, "someone-else", "i", NOW);
-        assert_eq!(reason_of(verify_evidence(&tx, &ev)), "unknown-instance", "{p}");
+        assert_eq!(
+            reason_of(verify_evidence(&tx, &ev)),
+            "unknown-instance",
+            "{p}"
+        );
         assert!(tx.uses.borrow().is_empty());
     }
     let attestor = CloudIid::configure(r#"{"resolve": []}"#).unwrap();
@@ -352,10 +379,7 @@ fn roles_come_from_the_resolver() {
     let mut req = request(mint::bytes(&ev));
     req.role = JoinRole::Site;
     let outcome = run(&attestor(), &tx, &req);
-    assert_eq!(
-        outcome,
-        Outcome::Refused(refuse("wrong-role").tenant("t1"))
-    );
+    assert_eq!(outcome, Outcome::Refused(refuse("wrong-role").tenant("t1")));
     let ev = evidence(Provider::Gcp, "site-acct", "i", NOW);
     let mut req = request(mint::bytes(&ev));
     assert_eq!(reason_of(run(&attestor(), &tx, &req)), "wrong-role");
@@ -461,7 +485,11 @@ fn token_attacks_are_refused() {
         ),
         (
             "another provider's key",
-            gcp(mint::jwt(&claims, Some("oidc-rsa"), Sign::Rs256(&k.oidc_rsa))),
+            gcp(mint::jwt(
+                &claims,
+                Some("oidc-rsa"),
+                Sign::Rs256(&k.oidc_rsa),
+            )),
             "unknown-key",
         ),
     ];
@@ -486,15 +514,51 @@ fn token_claims_are_checked() {
         }
     };
     let cases: Vec<(&str, CloudIidEvidence, &str)> = vec![
-        ("another audience", with(&|c| c["aud"] = json!("https://else")), "bad-audience"),
-        ("no audience", with(&|c| drop(c.as_object_mut().unwrap().remove("aud"))), "bad-audience"),
-        ("another issuer", with(&|c| c["iss"] = json!("https://evil")), "bad-issuer"),
-        ("expired", with(&|c| c["exp"] = json!(NOW / 1000 - 1)), "expired"),
-        ("no exp", with(&|c| drop(c.as_object_mut().unwrap().remove("exp"))), "missing-claim"),
-        ("no iat", with(&|c| drop(c.as_object_mut().unwrap().remove("iat"))), "missing-claim"),
-        ("iat a string", with(&|c| c["iat"] = json!("1")), "missing-claim"),
-        ("nbf later", with(&|c| c["nbf"] = json!(NOW / 1000 + 3600)), "not-yet-valid"),
-        ("not full format", with(&|c| drop(c.as_object_mut().unwrap().remove("google"))), "missing-claim"),
+        (
+            "another audience",
+            with(&|c| c["aud"] = json!("https://else")),
+            "bad-audience",
+        ),
+        (
+            "no audience",
+            with(&|c| drop(c.as_object_mut().unwrap().remove("aud"))),
+            "bad-audience",
+        ),
+        (
+            "another issuer",
+            with(&|c| c["iss"] = json!("https://evil")),
+            "bad-issuer",
+        ),
+        (
+            "expired",
+            with(&|c| c["exp"] = json!(NOW / 1000 - 1)),
+            "expired",
+        ),
+        (
+            "no exp",
+            with(&|c| drop(c.as_object_mut().unwrap().remove("exp"))),
+            "missing-claim",
+        ),
+        (
+            "no iat",
+            with(&|c| drop(c.as_object_mut().unwrap().remove("iat"))),
+            "missing-claim",
+        ),
+        (
+            "iat a string",
+            with(&|c| c["iat"] = json!("1")),
+            "missing-claim",
+        ),
+        (
+            "nbf later",
+            with(&|c| c["nbf"] = json!(NOW / 1000 + 3600)),
+            "not-yet-valid",
+        ),
+        (
+            "not full format",
+            with(&|c| drop(c.as_object_mut().unwrap().remove("google"))),
+            "missing-claim",
+        ),
         (
             "project with a colon",
             with(&|c| c["google"]["compute_engine"]["project_id"] = json!("a:b")),
@@ -502,14 +566,21 @@ fn token_claims_are_checked() {
         ),
     ];
     for (what, ev, expected) in cases {
-        assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &ev)), expected, "{what}");
+        assert_eq!(
+            reason_of(verify_evidence(&FakeTx::new(), &ev)),
+            expected,
+            "{what}"
+        );
     }
     // A numeric instance id reads as its decimal.
     let ev = with(&|c| c["google"]["compute_engine"]["instance_id"] = json!(4_242_424_242u64));
     let Outcome::Admitted(result) = verify_evidence(&FakeTx::new(), &ev) else {
         panic!("numeric instance id")
     };
-    assert_eq!(result.subject.as_deref(), Some("cloud:gcp:acct-gcp:4242424242"));
+    assert_eq!(
+        result.subject.as_deref(),
+        Some("cloud:gcp:acct-gcp:4242424242")
+    );
 }
 
 #[test]
@@ -519,7 +590,10 @@ fn aws_signature_attacks_are_refused() {
     // The document beside the signature is not the one it signs.
     let mut swapped = good.clone();
     swapped.document = mint::aws_document("acct-aws", "i-2", NOW);
-    assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &swapped)), "malformed-evidence");
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &swapped)),
+        "malformed-evidence"
+    );
     // Signed by a key whose certificate is not configured.
     let rogue_key = mint::rsa_key();
     let rogue_cert = mint::certificate(&rogue_key, "Rogue", None);
@@ -534,7 +608,10 @@ fn aws_signature_attacks_are_refused() {
         document: document.clone(),
         provider: Provider::Aws,
     };
-    assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &rogue)), "untrusted-signer");
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &rogue)),
+        "untrusted-signer"
+    );
     // Signed by another key claiming AWS's certificate.
     let forged = CloudIidEvidence {
         signature: Some(mint::base64_lines(&mint::pkcs7(
@@ -546,25 +623,40 @@ fn aws_signature_attacks_are_refused() {
         document,
         provider: Provider::Aws,
     };
-    assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &forged)), "bad-signature");
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &forged)),
+        "bad-signature"
+    );
     // Missing or garbled signature text.
     let mut none = good.clone();
     none.signature = None;
-    assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &none)), "malformed-evidence");
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &none)),
+        "malformed-evidence"
+    );
     let mut garbled = good.clone();
     garbled.signature = Some("not base64!".into());
-    assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &garbled)), "malformed-evidence");
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &garbled)),
+        "malformed-evidence"
+    );
     // PEM armour is accepted.
     let mut armoured = good.clone();
     armoured.signature = Some(format!(
         "-----BEGIN PKCS7-----\n{}\n-----END PKCS7-----\n",
         good.signature.clone().unwrap()
     ));
-    assert!(matches!(verify_evidence(&FakeTx::new(), &armoured), Outcome::Admitted(_)));
+    assert!(matches!(
+        verify_evidence(&FakeTx::new(), &armoured),
+        Outcome::Admitted(_)
+    ));
     // A signature on a provider that takes none.
     let mut gcp = k.gcp("acct-gcp", "i", NOW);
     gcp.signature = good.signature;
-    assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &gcp)), "malformed-evidence");
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &gcp)),
+        "malformed-evidence"
+    );
 }
 
 #[test]
@@ -574,15 +666,27 @@ fn azure_signer_must_chain_to_a_configured_certificate() {
     // A signer issued by another CA.
     let rogue_ca_key = mint::rsa_key();
     let rogue_ca = mint::certificate(&rogue_ca_key, "Rogue CA", None);
-    let rogue_leaf = mint::certificate(&k.azure_key, "metadata.azure.test", Some((&rogue_ca_key, &rogue_ca)));
+    let rogue_leaf = mint::certificate(
+        &k.azure_key,
+        "metadata.azure.test",
+        Some((&rogue_ca_key, &rogue_ca)),
+    );
     let document = mint::azure_document("acct-azure", "vm-1", NOW);
-    let signed = mint::pkcs7(document.as_bytes(), &k.azure_key, &rogue_leaf, &[&rogue_leaf, &rogue_ca]);
+    let signed = mint::pkcs7(
+        document.as_bytes(),
+        &k.azure_key,
+        &rogue_leaf,
+        &[&rogue_leaf, &rogue_ca],
+    );
     let ev = CloudIidEvidence {
         provider: Provider::Azure,
         document: base64::engine::general_purpose::STANDARD.encode(signed),
         signature: None,
     };
-    assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &ev)), "untrusted-signer");
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &ev)),
+        "untrusted-signer"
+    );
     // No signer certificate at all.
     let bare = mint::pkcs7(document.as_bytes(), &k.azure_key, &k.azure_leaf, &[]);
     let ev = CloudIidEvidence {
@@ -590,7 +694,10 @@ fn azure_signer_must_chain_to_a_configured_certificate() {
         document: base64::engine::general_purpose::STANDARD.encode(bare),
         signature: None,
     };
-    assert_eq!(reason_of(verify_evidence(&FakeTx::new(), &ev)), "untrusted-signer");
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &ev)),
+        "untrusted-signer"
+    );
     // The signer certificate pinned directly works without a chain.
     let mut config = config_json(DEFAULT_MAX_AGE_MS);
     config["providers"]["azure"]["certificates"] = json!(mint::pem(&[&k.azure_leaf]));
@@ -687,15 +794,29 @@ fn configuration_is_validated() {
     };
     let cases: Vec<(String, &str)> = vec![
         (broken(&|c| c["maxAgeMs"] = json!(10)), "maxAgeMs 10"),
-        (broken(&|c| c["providers"]["aws"]["maxAgeMs"] = json!(0)), "providers.aws.maxAgeMs"),
-        (broken(&|c| c["providers"]["aws"]["certificates"] = json!("nope")), "providers.aws.certificates"),
-        (broken(&|c| c["providers"]["gcp"]["jwks"] = json!("{")), "providers.gcp.jwks: not JSON"),
-        (broken(&|c| c["providers"]["gcp"]["jwks"] = json!({"keys": []})), "no RSA or P-256"),
         (
-            broken(&|c| c["providers"]["gcp"]["jwks"] = mint::jwks(&[
-                mint::rsa_jwk(&k.gcp_key, "a"),
-                mint::rsa_jwk(&k.gcp_key, "a"),
-            ])),
+            broken(&|c| c["providers"]["aws"]["maxAgeMs"] = json!(0)),
+            "providers.aws.maxAgeMs",
+        ),
+        (
+            broken(&|c| c["providers"]["aws"]["certificates"] = json!("nope")),
+            "providers.aws.certificates",
+        ),
+        (
+            broken(&|c| c["providers"]["gcp"]["jwks"] = json!("{")),
+            "providers.gcp.jwks: not JSON",
+        ),
+        (
+            broken(&|c| c["providers"]["gcp"]["jwks"] = json!({"keys": []})),
+            "no RSA or P-256",
+        ),
+        (
+            broken(&|c| {
+                c["providers"]["gcp"]["jwks"] = mint::jwks(&[
+                    mint::rsa_jwk(&k.gcp_key, "a"),
+                    mint::rsa_jwk(&k.gcp_key, "a"),
+                ])
+            }),
             "twice",
         ),
         (
@@ -706,19 +827,48 @@ fn configuration_is_validated() {
             }),
             "does not fit",
         ),
-        (broken(&|c| c["providers"]["gcp"]["accountClaim"] = json!("x")), "takes no accountClaim"),
         (
-            broken(&|c| drop(c["providers"]["oidc"].as_object_mut().unwrap().remove("issuer"))),
+            broken(&|c| c["providers"]["gcp"]["accountClaim"] = json!("x")),
+            "takes no accountClaim",
+        ),
+        (
+            broken(&|c| {
+                drop(
+                    c["providers"]["oidc"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("issuer"),
+                )
+            }),
             "issuer is required",
         ),
         (
-            broken(&|c| drop(c["providers"]["oidc"].as_object_mut().unwrap().remove("accountClaim"))),
+            broken(&|c| {
+                drop(
+                    c["providers"]["oidc"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("accountClaim"),
+                )
+            }),
             "accountClaim is required",
         ),
-        (broken(&|c| c["providers"]["ibm"] = json!({})), "unknown field `ibm`"),
-        (broken(&|c| c["resolve"][0]["account"] = json!("a:b")), "without ':'"),
-        (broken(&|c| c["resolve"][0]["roles"] = json!(["admin"])), "role \"admin\""),
-        (broken(&|c| c["resolve"][0]["roles"] = json!([])), "empty roles"),
+        (
+            broken(&|c| c["providers"]["ibm"] = json!({})),
+            "unknown field `ibm`",
+        ),
+        (
+            broken(&|c| c["resolve"][0]["account"] = json!("a:b")),
+            "without ':'",
+        ),
+        (
+            broken(&|c| c["resolve"][0]["roles"] = json!(["admin"])),
+            "role \"admin\"",
+        ),
+        (
+            broken(&|c| c["resolve"][0]["roles"] = json!([])),
+            "empty roles",
+        ),
         (
             broken(&|c| {
                 let first = c["resolve"][0].clone();
@@ -733,7 +883,8 @@ fn configuration_is_validated() {
     }
     // A small RSA key in a JWKS.
     let small = rsa::RsaPrivateKey::new(&mut rand_core::OsRng, 1024).unwrap();
-    let error = broken(&|c| c["providers"]["gcp"]["jwks"] = mint::jwks(&[mint::rsa_jwk(&small, "s")]));
+    let error =
+        broken(&|c| c["providers"]["gcp"]["jwks"] = mint::jwks(&[mint::rsa_jwk(&small, "s")]));
     assert!(error.contains("shorter than 2048"), "{error}");
 }
 
@@ -845,9 +996,18 @@ fn ber_to_der_is_total() {
 
 #[test]
 fn timestamps_parse() {
-    assert_eq!(parse_rfc3339("2016-11-19T16:32:11Z"), Some(1_479_573_131_000));
-    assert_eq!(parse_rfc3339("2016-11-19T16:32:11.250Z"), Some(1_479_573_131_000));
-    assert_eq!(parse_rfc3339("2024-02-29T23:59:59Z"), Some(1_709_251_199_000));
+    assert_eq!(
+        parse_rfc3339("2016-11-19T16:32:11Z"),
+        Some(1_479_573_131_000)
+    );
+    assert_eq!(
+        parse_rfc3339("2016-11-19T16:32:11.250Z"),
+        Some(1_479_573_131_000)
+    );
+    assert_eq!(
+        parse_rfc3339("2024-02-29T23:59:59Z"),
+        Some(1_709_251_199_000)
+    );
     for bad in [
         "",
         "2016-11-19",
@@ -862,8 +1022,17 @@ fn timestamps_parse() {
     ] {
         assert_eq!(parse_rfc3339(bad), None, "{bad}");
     }
-    assert_eq!(parse_azure_time("11/28/18 00:16:17 -0000"), Some(1_543_364_177_000));
-    for bad in ["", "11/28/18 00:16:17", "11/28/2018 00:16:17 -0000", "13/28/18 00:16:17 -0000", "11/28/18 00:16:17 +0100"] {
+    assert_eq!(
+        parse_azure_time("11/28/18 00:16:17 -0000"),
+        Some(1_543_364_177_000)
+    );
+    for bad in [
+        "",
+        "11/28/18 00:16:17",
+        "11/28/2018 00:16:17 -0000",
+        "13/28/18 00:16:17 -0000",
+        "11/28/18 00:16:17 +0100",
+    ] {
         assert_eq!(parse_azure_time(bad), None, "{bad}");
     }
     // The mint's formatting round-trips.

@@ -168,7 +168,11 @@ mod tests {
             Err(DocumentError::NoSignature)
         ));
 
-        let imds = file(d, "attested.json", r#"{"encoding":"pkcs7","signature":"MIIK"}"#);
+        let imds = file(
+            d,
+            "attested.json",
+            r#"{"encoding":"pkcs7","signature":"MIIK"}"#,
+        );
         let azure = CloudIidProducer::from_files(&imds, Some(Provider::Azure), None).unwrap();
         assert_eq!(azure.document, "MIIK");
         assert_eq!(azure.signature, None);

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gatehouse_agent::{
-    CloudIidProducer, EvidenceProducer, JOIN_TOKEN, JoinClient, JoinOptions, Lifecycle, NodeKey, RenewPolicy, TokenProducer,
-    apply_reset, ensure_no_identity, join, plan_reset, write_identity,
+    CloudIidProducer, EvidenceProducer, JOIN_TOKEN, JoinClient, JoinOptions, Lifecycle, NodeKey,
+    RenewPolicy, TokenProducer, apply_reset, ensure_no_identity, join, plan_reset, write_identity,
 };
 use gatehouse_proto::cloud_iid::{CLOUD_IID, Provider};
 use gatehouse_proto::{Claims, JoinTrust, Role, TokenString};
@@ -302,8 +302,8 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
         &key,
         &options,
     )
-        .await
-        .map_err(|e| Failure::Join(e.into()))?;
+    .await
+    .map_err(|e| Failure::Join(e.into()))?;
     let identity = write_identity(&args.out, &key, &joined)
         .context("joined, but the identity could not be written")
         .map_err(Failure::Join)?;

@@ -41,7 +41,12 @@ pub enum Provider {
 
 impl Provider {
     /// Every provider, in the order of this enum.
-    pub const ALL: [Provider; 4] = [Provider::Aws, Provider::Gcp, Provider::Azure, Provider::Oidc];
+    pub const ALL: [Provider; 4] = [
+        Provider::Aws,
+        Provider::Gcp,
+        Provider::Azure,
+        Provider::Oidc,
+    ];
 
     /// The lowercase name used in the evidence, the configuration and the result's subject.
     pub fn as_str(self) -> &'static str {
