@@ -191,10 +191,10 @@ impl Config {
                 let (issuer, account_claim, instance_claim) = match provider {
                     Provider::Gcp => {
                         if r.account_claim.is_some() || r.instance_claim.is_some() {
-                            return Err(format!(
-                                "invalid configuration: providers.gcp takes no accountClaim or \
-                                 instanceClaim (it reads google.compute_engine)"
-                            ));
+                            return Err("invalid configuration: providers.gcp takes no \
+                                        accountClaim or instanceClaim (it reads \
+                                        google.compute_engine)"
+                                .to_owned());
                         }
                         (
                             r.issuer.unwrap_or_else(|| GOOGLE_ISSUER.to_owned()),
