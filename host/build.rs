@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 const BUILTIN: &[&str] = &[
     "gatehouse-attestor-join-token",
     "gatehouse-attestor-x509pop",
+    "gatehouse-attestor-cloud-iid",
 ];
 
 /// Built-in attestors that embed join-token's token checks (its crate without the `component`

@@ -8,6 +8,7 @@ mod agent_lifecycle;
 mod approval;
 mod audit;
 mod challenge;
+mod cloud_iid;
 mod common;
 mod join_token;
 mod nodes;

@@ -13,6 +13,7 @@
 
 mod cert;
 mod client;
+mod cloud_iid;
 mod identity;
 mod key;
 mod lifecycle;
@@ -29,6 +30,7 @@ pub use cert::{CertError, NodeCert};
 pub use client::{
     JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
 };
+pub use cloud_iid::{CloudIidProducer, DocumentError};
 pub use identity::{
     CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, LoadedIdentity, NEXT_KEY_FILE,
     commit_next, ensure_no_identity, load_identity, stage_next_key, write_identity,

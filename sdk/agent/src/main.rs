@@ -7,9 +7,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gatehouse_agent::{
-    JOIN_TOKEN, JoinClient, JoinOptions, Lifecycle, NodeKey, RenewPolicy, TokenProducer,
-    apply_reset, ensure_no_identity, join, plan_reset, write_identity,
+    CloudIidProducer, EvidenceProducer, JOIN_TOKEN, JoinClient, JoinOptions, Lifecycle, NodeKey,
+    RenewPolicy, TokenProducer, apply_reset, ensure_no_identity, join, plan_reset, write_identity,
 };
+use gatehouse_proto::cloud_iid::{CLOUD_IID, Provider};
 use gatehouse_proto::{Claims, JoinTrust, Role, TokenString};
 
 /// The machine side of Gatehouse.
@@ -97,12 +98,23 @@ struct JoinArgs {
     #[arg(long, value_name = "FILE")]
     ca: PathBuf,
     /// The file holding the join token (gh1.<id>.<secret>).
-    #[arg(long, value_name = "FILE", required_unless_present = "userdata")]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["userdata", "document_file"])]
     token_file: Option<PathBuf>,
     /// Instead of --token-file: the user data a provisioning workflow rendered (for example
     /// /var/lib/cloud/instance/user-data.txt); the one join token in it is used.
     #[arg(long, value_name = "FILE", conflicts_with = "token_file")]
     userdata: Option<PathBuf>,
+    /// Join with no token, on the identity document the cloud signed (attestor cloud-iid):
+    /// cloud-iid evidence JSON, or what the metadata service returned (see --provider).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["token_file", "userdata"])]
+    document_file: Option<PathBuf>,
+    /// Whose document --document-file holds: aws (the identity document; its /pkcs7 text in
+    /// --signature-file), gcp or oidc (the token), azure (the attested document response).
+    #[arg(long, value_name = "PROVIDER", requires = "document_file", value_parser = parse_provider)]
+    provider: Option<Provider>,
+    /// AWS: the /latest/dynamic/instance-identity/pkcs7 text.
+    #[arg(long, value_name = "FILE", requires = "document_file")]
+    signature_file: Option<PathBuf>,
     /// The directory to write the identity to; it must not hold one yet.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -126,6 +138,10 @@ struct JoinArgs {
     /// Confirms --reset.
     #[arg(long, requires = "reset")]
     yes: bool,
+}
+
+fn parse_provider(s: &str) -> Result<Provider, String> {
+    Provider::parse(s).ok_or_else(|| format!("{s} is not aws, gcp, azure or oidc"))
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
@@ -238,7 +254,32 @@ fn read_token(args: &JoinArgs) -> Result<TokenString, Failure> {
 
 async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     let trust = read_trust(&args.ca)?;
-    let token = read_token(&args)?;
+    // A cloud document joins without a token (`--document-file`); everything else with one.
+    let (token, mut producer): (Option<TokenString>, Box<dyn EvidenceProducer>) =
+        match &args.document_file {
+            Some(document) => {
+                let evidence = CloudIidProducer::from_files(
+                    document,
+                    args.provider,
+                    args.signature_file.as_deref(),
+                )
+                .map_err(usage)?;
+                // The default attestor takes tokens; a document is cloud-iid's.
+                let attestor = if args.attestor == JOIN_TOKEN {
+                    CLOUD_IID
+                } else {
+                    args.attestor.as_str()
+                };
+                (
+                    None,
+                    Box::new(CloudIidProducer::new(attestor, args.role, evidence)),
+                )
+            }
+            None => (
+                Some(read_token(&args)?),
+                Box::new(TokenProducer::for_attestor(&args.attestor, args.role)),
+            ),
+        };
     let client = JoinClient::new(&args.server, &trust).map_err(usage)?;
     // Only once the invocation is known to be usable: a reset is not undone when the join
     // fails (a later plain join joins).
@@ -260,10 +301,16 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
         },
         ..JoinOptions::default()
     };
-    let mut producer = TokenProducer::for_attestor(&args.attestor, args.role);
-    let joined = join(&client, &trust, &mut producer, Some(&token), &key, &options)
-        .await
-        .map_err(|e| Failure::Join(e.into()))?;
+    let joined = join(
+        &client,
+        &trust,
+        producer.as_mut(),
+        token.as_ref(),
+        &key,
+        &options,
+    )
+    .await
+    .map_err(|e| Failure::Join(e.into()))?;
     let identity = write_identity(&args.out, &key, &joined)
         .context("joined, but the identity could not be written")
         .map_err(Failure::Join)?;
@@ -394,6 +441,46 @@ mod tests {
             args.product_uuid.as_deref(),
             Some("4c4c4544-0000-1000-8000-000000000000")
         );
+    }
+
+    #[test]
+    fn parses_a_cloud_join() {
+        let base = [
+            "gatehouse-agent",
+            "join",
+            "--server",
+            "https://h",
+            "--ca",
+            "c",
+            "--out",
+            "d",
+        ];
+        let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
+        let cli = parse(&[
+            "--attestor",
+            "cloud-iid",
+            "--document-file",
+            "doc.json",
+            "--provider",
+            "aws",
+            "--signature-file",
+            "pkcs7",
+        ])
+        .unwrap();
+        let Command::Join(args) = cli.command else {
+            panic!("a join")
+        };
+        assert_eq!(args.token_file, None);
+        assert_eq!(args.document_file.as_deref(), Some(Path::new("doc.json")));
+        assert_eq!(args.provider, Some(Provider::Aws));
+        assert_eq!(args.signature_file.as_deref(), Some(Path::new("pkcs7")));
+        for bad in [
+            &["--document-file", "d", "--token-file", "t"][..],
+            &["--provider", "gcp", "--token-file", "t"],
+            &["--document-file", "d", "--provider", "ibm"],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
     }
 
     #[test]

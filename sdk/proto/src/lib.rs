@@ -5,6 +5,7 @@
 //! through the pinned join signing key.
 
 pub mod b64;
+pub mod cloud_iid;
 mod join;
 mod renew;
 #[cfg(feature = "seal")]

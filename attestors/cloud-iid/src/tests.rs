@@ -1,0 +1,1065 @@
+//! cloud-iid against an in-memory transaction and a real RSA / ECDSA verifier, with documents
+//! minted by test keys standing in for each provider: admission, every refusal, the
+//! configuration, BER and the timestamp formats.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use der::{Decode as _, Encode as _};
+use gatehouse_proto::cloud_iid::{CloudIidEvidence, Provider};
+use gatehouse_sdk::{
+    Crypto, CryptoError, HardwareClaims, Inventory, JoinRequestRow, JoinRole, Lease, Node,
+    NodeCert, OpenedToken, SignatureScheme, Token, Tx, TxError, VerifiedChain, Workflow,
+};
+use rsa::pkcs8::DecodePublicKey as _;
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+use super::*;
+use crate::mint::{self, Providers, Sign};
+
+const NOW: TimestampMs = 1_790_000_000_000;
+const MINUTE: i64 = 60_000;
+
+/// One set of provider keys for every test (RSA key generation is the slow part).
+fn keys() -> &'static Providers {
+    static KEYS: OnceLock<Providers> = OnceLock::new();
+    KEYS.get_or_init(Providers::new)
+}
+
+/// The single-use ledger of one transaction and its clock. Operations cloud-iid must not use
+/// panic.
+struct FakeTx {
+    now: Cell<TimestampMs>,
+    uses: RefCell<HashMap<String, TimestampMs>>,
+    fail_use: Cell<bool>,
+}
+
+impl FakeTx {
+    fn new() -> Self {
+        FakeTx {
+            now: Cell::new(NOW),
+            uses: RefCell::default(),
+            fail_use: Cell::new(false),
+        }
+    }
+}
+
+impl Tx for FakeTx {
+    fn now(&self) -> TimestampMs {
+        self.now.get()
+    }
+    fn lock_token(&self, _: &str) -> Result<Option<Token>, TxError> {
+        unimplemented!("cloud-iid locks no token")
+    }
+    fn consume_token(&self, _: &str) -> Result<u32, TxError> {
+        unimplemented!("cloud-iid spends no token")
+    }
+    fn node(&self, _: &str) -> Result<Option<Node>, TxError> {
+        unimplemented!("cloud-iid reads no node")
+    }
+    fn node_cert(&self, _: &[u8]) -> Result<Option<NodeCert>, TxError> {
+        unimplemented!("cloud-iid reads no certificate")
+    }
+    fn bound_node(&self, _: &str, _: &str) -> Result<Option<String>, TxError> {
+        unimplemented!("cloud-iid reads no binding")
+    }
+    fn lease(&self, _: &str) -> Result<Option<Lease>, TxError> {
+        unimplemented!("cloud-iid reads no lease")
+    }
+    fn newest_inventory(&self, _: &str) -> Result<Option<Inventory>, TxError> {
+        unimplemented!("cloud-iid reads no inventory")
+    }
+    fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
+        unimplemented!("cloud-iid reads no workflow")
+    }
+    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
+        if self.fail_use.get() {
+            return Err(UseError::Storage);
+        }
+        let mut uses = self.uses.borrow_mut();
+        if uses.get(subject).is_some_and(|e| *e > self.now.get()) {
+            return Err(UseError::Reused);
+        }
+        uses.insert(subject.to_owned(), expires_at);
+        Ok(())
+    }
+    fn open_join_request(&self, _: &str, _: &str) -> Result<JoinRequestRow, TxError> {
+        unimplemented!("cloud-iid opens no join request")
+    }
+    fn join_request(&self, _: &str) -> Result<Option<JoinRequestRow>, TxError> {
+        unimplemented!("cloud-iid reads no join request")
+    }
+    fn consume_join_request(&self, _: &str) -> Result<(), TxError> {
+        unimplemented!("cloud-iid consumes no join request")
+    }
+    fn kv_get(&self, _: &str) -> Result<Option<Vec<u8>>, TxError> {
+        unimplemented!("cloud-iid keeps no state")
+    }
+    fn kv_put(&self, _: &str, _: &[u8]) -> Result<(), TxError> {
+        unimplemented!("cloud-iid keeps no state")
+    }
+    fn kv_delete(&self, _: &str) -> Result<(), TxError> {
+        unimplemented!("cloud-iid keeps no state")
+    }
+}
+
+/// SHA-256, RS256 / ES256 verification over an SPKI (refusing a key of the wrong type, as the
+/// host does), and a one-level chain check by RSA signature (validity times are the host's
+/// tests' concern).
+struct FakeCrypto;
+
+impl Crypto for FakeCrypto {
+    fn sha256(&self, data: &[u8]) -> Vec<u8> {
+        sha2::Sha256::digest(data).to_vec()
+    }
+    fn verify_signature(
+        &self,
+        scheme: SignatureScheme,
+        spki: &[u8],
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), CryptoError> {
+        let malformed = |e: &dyn std::fmt::Display| CryptoError::Malformed(e.to_string());
+        match scheme {
+            SignatureScheme::RsaPkcs1Sha256 => {
+                use rsa::signature::Verifier as _;
+                let key =
+                    rsa::RsaPublicKey::from_public_key_der(spki).map_err(|e| malformed(&e))?;
+                let key = rsa::pkcs1v15::VerifyingKey::<sha2::Sha256>::new(key);
+                let signature =
+                    rsa::pkcs1v15::Signature::try_from(signature).map_err(|e| malformed(&e))?;
+                key.verify(message, &signature)
+                    .map_err(|_| CryptoError::BadSignature)
+            }
+            SignatureScheme::EcdsaP256Sha256Fixed => {
+                use p256::ecdsa::signature::Verifier as _;
+                let key = p256::ecdsa::VerifyingKey::from_public_key_der(spki)
+                    .map_err(|e| malformed(&e))?;
+                let signature =
+                    p256::ecdsa::Signature::from_slice(signature).map_err(|e| malformed(&e))?;
+                key.verify(message, &signature)
+                    .map_err(|_| CryptoError::BadSignature)
+            }
+            other => Err(CryptoError::Malformed(format!("{other:?} not faked"))),
+        }
+    }
+    fn verify_chain(
+        &self,
+        chain: &[Vec<u8>],
+        roots: &[Vec<u8>],
+        _: TimestampMs,
+    ) -> Result<VerifiedChain, CryptoError> {
+        let leaf = x509_cert::Certificate::from_der(&chain[0])
+            .map_err(|e| CryptoError::Malformed(e.to_string()))?;
+        for (i, root) in roots.iter().enumerate() {
+            let root = x509_cert::Certificate::from_der(root).unwrap();
+            if root.tbs_certificate.subject != leaf.tbs_certificate.issuer {
+                continue;
+            }
+            let spki = root
+                .tbs_certificate
+                .subject_public_key_info
+                .to_der()
+                .unwrap();
+            let tbs = leaf.tbs_certificate.to_der().unwrap();
+            if self
+                .verify_signature(
+                    SignatureScheme::RsaPkcs1Sha256,
+                    &spki,
+                    &tbs,
+                    leaf.signature.raw_bytes(),
+                )
+                .is_ok()
+            {
+                return Ok(VerifiedChain {
+                    leaf_spki: leaf
+                        .tbs_certificate
+                        .subject_public_key_info
+                        .to_der()
+                        .unwrap(),
+                    leaf_not_after: 0,
+                    root_index: i as u32,
+                });
+            }
+        }
+        Err(CryptoError::Untrusted)
+    }
+    fn seal_state(&self, _: &[u8], _: &[u8]) -> Vec<u8> {
+        unimplemented!("cloud-iid seals nothing")
+    }
+    fn open_state(&self, _: &[u8], _: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        unimplemented!("cloud-iid seals nothing")
+    }
+}
+
+/// Providers' configuration plus a resolver: account `acct-<provider>` joins tenant `t1`,
+/// pool `p1`, site `s1` as node; `site-acct` may join as site only.
+fn config_json(max_age_ms: u64) -> Value {
+    let mut config = keys().config(max_age_ms);
+    let mut resolve = Vec::new();
+    for p in Provider::ALL {
+        resolve.push(json!({
+            "provider": p.as_str(), "account": format!("acct-{p}"), "tenantId": "t1",
+            "poolId": "p1", "siteId": "s1",
+        }));
+    }
+    resolve.push(json!({
+        "provider": "gcp", "account": "site-acct", "tenantId": "t2", "roles": ["site"],
+    }));
+    config["resolve"] = Value::Array(resolve);
+    config
+}
+
+fn attestor() -> CloudIid {
+    CloudIid::configure(&config_json(DEFAULT_MAX_AGE_MS).to_string()).unwrap()
+}
+
+fn request(attestation: Vec<u8>) -> JoinRequest {
+    JoinRequest {
+        attestor: "cloud-iid".into(),
+        role: JoinRole::Node,
+        attestation,
+        token: None,
+        csr_der: b"csr".to_vec(),
+        csr_sha256: vec![0x11; 32],
+        csr_spki_sha256: vec![0x22; 32],
+        claims: HardwareClaims {
+            macs: vec![],
+            product_uuid: None,
+        },
+        round: 1,
+    }
+}
+
+fn run(attestor: &CloudIid, tx: &FakeTx, req: &JoinRequest) -> Outcome {
+    let cx = Context {
+        tx,
+        crypto: &FakeCrypto,
+    };
+    attestor.verify(&cx, req)
+}
+
+fn verify_evidence(tx: &FakeTx, evidence: &CloudIidEvidence) -> Outcome {
+    run(&attestor(), tx, &request(mint::bytes(evidence)))
+}
+
+/// The reason of a refusal, or a panic naming what came instead.
+#[track_caller]
+fn reason_of(outcome: Outcome) -> String {
+    match outcome {
+        Outcome::Refused(r) => r.reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+fn evidence(p: Provider, account: &str, instance: &str, made: i64) -> CloudIidEvidence {
+    keys().evidence(p, account, instance, made)
+}
+
+#[test]
+fn each_provider_admits_once_then_refuses_instance_reused() {
+    for p in Provider::ALL {
+        let tx = FakeTx::new();
+        let account = format!("acct-{p}");
+        let ev = evidence(p, &account, "inst-1", NOW - MINUTE);
+        let outcome = verify_evidence(&tx, &ev);
+        let subject = format!("cloud:{p}:{account}:inst-1");
+        assert_eq!(
+            outcome,
+            Outcome::Admitted(AttestationResult {
+                tenant_id: Some("t1".into()),
+                pool_id: Some("p1".into()),
+                site_id: Some("s1".into()),
+                subject: Some(subject.clone()),
+                ..AttestationResult::default()
+            }),
+            "{p}"
+        );
+        assert_eq!(
+            tx.uses.borrow().get(&subject),
+            Some(&TimestampMs::MAX),
+            "{p}: recorded forever"
+        );
+        // The same document again, and a fresh document of the same instance.
+        assert_eq!(
+            reason_of(verify_evidence(&tx, &ev)),
+            "instance-reused",
+            "{p}"
+        );
+        let fresh = evidence(p, &account, "inst-1", NOW);
+        assert_eq!(
+            reason_of(verify_evidence(&tx, &fresh)),
+            "instance-reused",
+            "{p}"
+        );
+        // Another instance of the account is another machine.
+        let other = evidence(p, &account, "inst-2", NOW);
+        assert!(
+            matches!(verify_evidence(&tx, &other), Outcome::Admitted(_)),
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn too_old_and_future_documents_are_refused() {
+    for p in Provider::ALL {
+        let account = format!("acct-{p}");
+        let tx = FakeTx::new();
+        let old = evidence(p, &account, "i", NOW - DEFAULT_MAX_AGE_MS as i64 - 1000);
+        assert_eq!(reason_of(verify_evidence(&tx, &old)), "too-old", "{p}");
+        let edge = evidence(p, &account, "i", NOW - DEFAULT_MAX_AGE_MS as i64);
+        assert!(
+            matches!(verify_evidence(&tx, &edge), Outcome::Admitted(_)),
+            "{p}"
+        );
+        let future = evidence(p, &account, "j", NOW + 2 * MINUTE);
+        assert_eq!(
+            reason_of(verify_evidence(&tx, &future)),
+            "not-yet-valid",
+            "{p}"
+        );
+        assert!(
+            !tx.uses
+                .borrow()
+                .contains_key(&format!("cloud:{p}:{account}:j"))
+        );
+    }
+}
+
+#[test]
+fn max_age_is_configurable_per_provider() {
+    let mut config = config_json(DEFAULT_MAX_AGE_MS);
+    config["providers"]["aws"]["maxAgeMs"] = json!(30 * 24 * 3_600_000u64);
+    let attestor = CloudIid::configure(&config.to_string()).unwrap();
+    let tx = FakeTx::new();
+    let launched_last_week = NOW - 7 * 24 * 3_600_000;
+    let aws = evidence(Provider::Aws, "acct-aws", "i", launched_last_week);
+    assert!(matches!(
+        run(&attestor, &tx, &request(mint::bytes(&aws))),
+        Outcome::Admitted(_)
+    ));
+    // Still within its hour of validity, but older than GCP's (default) 10 minutes.
+    let gcp = evidence(Provider::Gcp, "acct-gcp", "i", NOW - 30 * MINUTE);
+    assert_eq!(
+        reason_of(run(&attestor, &tx, &request(mint::bytes(&gcp)))),
+        "too-old"
+    );
+}
+
+#[test]
+fn unknown_accounts_and_unconfigured_providers_are_refused() {
+    for p in Provider::ALL {
+        let tx = FakeTx::new();
+        let ev = evidence(p, "someone-else", "i", NOW);
+        assert_eq!(
+            reason_of(verify_evidence(&tx, &ev)),
+            "unknown-instance",
+            "{p}"
+        );
+        assert!(tx.uses.borrow().is_empty());
+    }
+    let attestor = CloudIid::configure(r#"{"resolve": []}"#).unwrap();
+    for p in Provider::ALL {
+        let ev = evidence(p, &format!("acct-{p}"), "i", NOW);
+        assert_eq!(
+            reason_of(run(&attestor, &FakeTx::new(), &request(mint::bytes(&ev)))),
+            "unknown-provider",
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn roles_come_from_the_resolver() {
+    let tx = FakeTx::new();
+    let ev = evidence(Provider::Gcp, "acct-gcp", "i", NOW);
+    let mut req = request(mint::bytes(&ev));
+    req.role = JoinRole::Site;
+    let outcome = run(&attestor(), &tx, &req);
+    assert_eq!(outcome, Outcome::Refused(refuse("wrong-role").tenant("t1")));
+    let ev = evidence(Provider::Gcp, "site-acct", "i", NOW);
+    let mut req = request(mint::bytes(&ev));
+    assert_eq!(reason_of(run(&attestor(), &tx, &req)), "wrong-role");
+    req.role = JoinRole::Site;
+    let Outcome::Admitted(result) = run(&attestor(), &tx, &req) else {
+        panic!("a site account joins as site")
+    };
+    assert_eq!(result.tenant_id.as_deref(), Some("t2"));
+    assert_eq!(result.pool_id, None);
+}
+
+/// The token attacks: `alg: none`, HS256 keyed with the public key, a kid not configured or
+/// missing, an algorithm not the key's, a key not the kid's.
+#[test]
+fn token_attacks_are_refused() {
+    let k = keys();
+    let claims = mint::gcp_claims(mint::AUDIENCE, "acct-gcp", "i", NOW);
+    let oidc_claims = Providers::oidc_claims("acct-oidc", "i", NOW);
+    let public_spki = mint::rsa_spki(&k.gcp_key);
+    let public_jwk = mint::rsa_jwk(&k.gcp_key, "gcp-1").to_string();
+    let gcp = |document: String| CloudIidEvidence {
+        provider: Provider::Gcp,
+        document,
+        signature: None,
+    };
+    let oidc = |document: String| CloudIidEvidence {
+        provider: Provider::Oidc,
+        document,
+        signature: None,
+    };
+    let other = mint::rsa_key();
+    let cases: Vec<(&str, CloudIidEvidence, &str)> = vec![
+        (
+            "alg none",
+            gcp(mint::jwt(&claims, Some("gcp-1"), Sign::None)),
+            "bad-algorithm",
+        ),
+        (
+            "HS256 keyed with the SPKI",
+            gcp(mint::jwt(&claims, Some("gcp-1"), Sign::Hs256(&public_spki))),
+            "bad-algorithm",
+        ),
+        (
+            "HS256 keyed with the JWK",
+            gcp(mint::jwt(
+                &claims,
+                Some("gcp-1"),
+                Sign::Hs256(public_jwk.as_bytes()),
+            )),
+            "bad-algorithm",
+        ),
+        (
+            "oidc alg none",
+            oidc(mint::jwt(&oidc_claims, Some("oidc-ec"), Sign::None)),
+            "bad-algorithm",
+        ),
+        (
+            "oidc HS256",
+            oidc(mint::jwt(
+                &oidc_claims,
+                Some("oidc-rsa"),
+                Sign::Hs256(&mint::rsa_spki(&k.oidc_rsa)),
+            )),
+            "bad-algorithm",
+        ),
+        (
+            "ES256 is not Google's",
+            gcp(mint::jwt(&claims, Some("gcp-1"), Sign::Es256(&k.oidc_ec))),
+            "bad-algorithm",
+        ),
+        (
+            "ES256 under an RSA key's kid",
+            oidc(mint::jwt(
+                &oidc_claims,
+                Some("oidc-rsa"),
+                Sign::Es256(&k.oidc_ec),
+            )),
+            "bad-algorithm",
+        ),
+        (
+            "RS256 under an EC key's kid",
+            oidc(mint::jwt(
+                &oidc_claims,
+                Some("oidc-ec"),
+                Sign::Rs256(&k.oidc_rsa),
+            )),
+            "bad-algorithm",
+        ),
+        (
+            "kid not configured",
+            gcp(mint::jwt(&claims, Some("gcp-2"), Sign::Rs256(&k.gcp_key))),
+            "unknown-key",
+        ),
+        (
+            "no kid",
+            gcp(mint::jwt(&claims, None, Sign::Rs256(&k.gcp_key))),
+            "unknown-key",
+        ),
+        (
+            "another key under the configured kid",
+            gcp(mint::jwt(&claims, Some("gcp-1"), Sign::Rs256(&other))),
+            "bad-signature",
+        ),
+        (
+            "another provider's key",
+            gcp(mint::jwt(
+                &claims,
+                Some("oidc-rsa"),
+                Sign::Rs256(&k.oidc_rsa),
+            )),
+            "unknown-key",
+        ),
+    ];
+    for (what, ev, expected) in cases {
+        let tx = FakeTx::new();
+        assert_eq!(reason_of(verify_evidence(&tx, &ev)), expected, "{what}");
+        assert!(tx.uses.borrow().is_empty(), "{what}");
+    }
+}
+
+#[test]
+fn token_claims_are_checked() {
+    let k = keys();
+    let base = mint::gcp_claims(mint::AUDIENCE, "acct-gcp", "i", NOW);
+    let with = |edit: &dyn Fn(&mut Value)| {
+        let mut claims = base.clone();
+        edit(&mut claims);
+        CloudIidEvidence {
+            provider: Provider::Gcp,
+            document: mint::jwt(&claims, Some("gcp-1"), Sign::Rs256(&k.gcp_key)),
+            signature: None,
+        }
+    };
+    let cases: Vec<(&str, CloudIidEvidence, &str)> = vec![
+        (
+            "another audience",
+            with(&|c| c["aud"] = json!("https://else")),
+            "bad-audience",
+        ),
+        (
+            "no audience",
+            with(&|c| drop(c.as_object_mut().unwrap().remove("aud"))),
+            "bad-audience",
+        ),
+        (
+            "another issuer",
+            with(&|c| c["iss"] = json!("https://evil")),
+            "bad-issuer",
+        ),
+        (
+            "expired",
+            with(&|c| c["exp"] = json!(NOW / 1000 - 1)),
+            "expired",
+        ),
+        (
+            "no exp",
+            with(&|c| drop(c.as_object_mut().unwrap().remove("exp"))),
+            "missing-claim",
+        ),
+        (
+            "no iat",
+            with(&|c| drop(c.as_object_mut().unwrap().remove("iat"))),
+            "missing-claim",
+        ),
+        (
+            "iat a string",
+            with(&|c| c["iat"] = json!("1")),
+            "missing-claim",
+        ),
+        (
+            "nbf later",
+            with(&|c| c["nbf"] = json!(NOW / 1000 + 3600)),
+            "not-yet-valid",
+        ),
+        (
+            "not full format",
+            with(&|c| drop(c.as_object_mut().unwrap().remove("google"))),
+            "missing-claim",
+        ),
+        (
+            "project with a colon",
+            with(&|c| c["google"]["compute_engine"]["project_id"] = json!("a:b")),
+            "missing-claim",
+        ),
+    ];
+    for (what, ev, expected) in cases {
+        assert_eq!(
+            reason_of(verify_evidence(&FakeTx::new(), &ev)),
+            expected,
+            "{what}"
+        );
+    }
+    // A numeric instance id reads as its decimal.
+    let ev = with(&|c| c["google"]["compute_engine"]["instance_id"] = json!(4_242_424_242u64));
+    let Outcome::Admitted(result) = verify_evidence(&FakeTx::new(), &ev) else {
+        panic!("numeric instance id")
+    };
+    assert_eq!(
+        result.subject.as_deref(),
+        Some("cloud:gcp:acct-gcp:4242424242")
+    );
+}
+
+#[test]
+fn aws_signature_attacks_are_refused() {
+    let k = keys();
+    let good = k.aws("acct-aws", "i-1", NOW);
+    // The document beside the signature is not the one it signs.
+    let mut swapped = good.clone();
+    swapped.document = mint::aws_document("acct-aws", "i-2", NOW);
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &swapped)),
+        "malformed-evidence"
+    );
+    // Signed by a key whose certificate is not configured.
+    let rogue_key = mint::rsa_key();
+    let rogue_cert = mint::certificate(&rogue_key, "Rogue", None);
+    let document = mint::aws_document("acct-aws", "i-1", NOW);
+    let rogue = CloudIidEvidence {
+        signature: Some(mint::base64_lines(&mint::pkcs7(
+            document.as_bytes(),
+            &rogue_key,
+            &rogue_cert,
+            &[],
+        ))),
+        document: document.clone(),
+        provider: Provider::Aws,
+    };
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &rogue)),
+        "untrusted-signer"
+    );
+    // Signed by another key claiming AWS's certificate.
+    let forged = CloudIidEvidence {
+        signature: Some(mint::base64_lines(&mint::pkcs7(
+            document.as_bytes(),
+            &rogue_key,
+            &k.aws_cert,
+            &[],
+        ))),
+        document,
+        provider: Provider::Aws,
+    };
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &forged)),
+        "bad-signature"
+    );
+    // Missing or garbled signature text.
+    let mut none = good.clone();
+    none.signature = None;
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &none)),
+        "malformed-evidence"
+    );
+    let mut garbled = good.clone();
+    garbled.signature = Some("not base64!".into());
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &garbled)),
+        "malformed-evidence"
+    );
+    // PEM armour is accepted.
+    let mut armoured = good.clone();
+    armoured.signature = Some(format!(
+        "-----BEGIN PKCS7-----\n{}\n-----END PKCS7-----\n",
+        good.signature.clone().unwrap()
+    ));
+    assert!(matches!(
+        verify_evidence(&FakeTx::new(), &armoured),
+        Outcome::Admitted(_)
+    ));
+    // A signature on a provider that takes none.
+    let mut gcp = k.gcp("acct-gcp", "i", NOW);
+    gcp.signature = good.signature;
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &gcp)),
+        "malformed-evidence"
+    );
+}
+
+#[test]
+fn azure_signer_must_chain_to_a_configured_certificate() {
+    use base64::Engine as _;
+    let k = keys();
+    // A signer issued by another CA.
+    let rogue_ca_key = mint::rsa_key();
+    let rogue_ca = mint::certificate(&rogue_ca_key, "Rogue CA", None);
+    let rogue_leaf = mint::certificate(
+        &k.azure_key,
+        "metadata.azure.test",
+        Some((&rogue_ca_key, &rogue_ca)),
+    );
+    let document = mint::azure_document("acct-azure", "vm-1", NOW);
+    let signed = mint::pkcs7(
+        document.as_bytes(),
+        &k.azure_key,
+        &rogue_leaf,
+        &[&rogue_leaf, &rogue_ca],
+    );
+    let ev = CloudIidEvidence {
+        provider: Provider::Azure,
+        document: base64::engine::general_purpose::STANDARD.encode(signed),
+        signature: None,
+    };
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &ev)),
+        "untrusted-signer"
+    );
+    // No signer certificate at all.
+    let bare = mint::pkcs7(document.as_bytes(), &k.azure_key, &k.azure_leaf, &[]);
+    let ev = CloudIidEvidence {
+        provider: Provider::Azure,
+        document: base64::engine::general_purpose::STANDARD.encode(bare),
+        signature: None,
+    };
+    assert_eq!(
+        reason_of(verify_evidence(&FakeTx::new(), &ev)),
+        "untrusted-signer"
+    );
+    // The signer certificate pinned directly works without a chain.
+    let mut config = config_json(DEFAULT_MAX_AGE_MS);
+    config["providers"]["azure"]["certificates"] = json!(mint::pem(&[&k.azure_leaf]));
+    let pinned = CloudIid::configure(&config.to_string()).unwrap();
+    let ev = k.azure("acct-azure", "vm-1", NOW);
+    assert!(matches!(
+        run(&pinned, &FakeTx::new(), &request(mint::bytes(&ev))),
+        Outcome::Admitted(_)
+    ));
+    // Past expiresOn (6 hours after createdOn), even with a generous maxAgeMs.
+    config["providers"]["azure"]["maxAgeMs"] = json!(24 * 3_600_000u64);
+    let lenient = CloudIid::configure(&config.to_string()).unwrap();
+    let stale = k.azure("acct-azure", "vm-1", NOW - 7 * 3_600_000);
+    assert_eq!(
+        reason_of(run(&lenient, &FakeTx::new(), &request(mint::bytes(&stale)))),
+        "expired"
+    );
+}
+
+#[test]
+fn malformed_requests_are_refused() {
+    let tx = FakeTx::new();
+    for bytes in [
+        &b""[..],
+        b"{}",
+        br#"{"provider":"ibm","document":"x"}"#,
+        br#"{"provider":"gcp","document":"a.b"}"#,
+        br#"{"provider":"gcp","document":"a.b.c.d"}"#,
+        br#"{"provider":"gcp","document":"!!.!!.!!"}"#,
+        br#"{"provider":"azure","document":"AAAA"}"#,
+        br#"{"provider":"aws","document":"{}","signature":"MAA="}"#,
+    ] {
+        assert_eq!(
+            reason_of(run(&attestor(), &tx, &request(bytes.to_vec()))),
+            "malformed-evidence",
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    // A token beside the document.
+    let ev = evidence(Provider::Gcp, "acct-gcp", "i", NOW);
+    let mut req = request(mint::bytes(&ev));
+    req.token = Some(OpenedToken {
+        id: "tok_1".into(),
+        secret: vec![1],
+    });
+    assert_eq!(reason_of(run(&attestor(), &tx, &req)), "malformed-evidence");
+    assert!(tx.uses.borrow().is_empty());
+}
+
+#[test]
+fn a_ledger_failure_refuses() {
+    let tx = FakeTx::new();
+    tx.fail_use.set(true);
+    let ev = evidence(Provider::Oidc, "acct-oidc", "i", NOW);
+    assert_eq!(
+        verify_evidence(&tx, &ev),
+        Outcome::Refused(refuse("storage-error").tenant("t1"))
+    );
+}
+
+#[test]
+fn oidc_identity_claims_are_configurable() {
+    let k = keys();
+    let mut config = config_json(DEFAULT_MAX_AGE_MS);
+    config["providers"]["oidc"]["accountClaim"] = json!("org.id");
+    config["providers"]["oidc"]["instanceClaim"] = json!("machine");
+    let attestor = CloudIid::configure(&config.to_string()).unwrap();
+    let claims = json!({
+        "iss": mint::OIDC_ISSUER, "aud": mint::AUDIENCE, "sub": "ignored",
+        "org": { "id": "acct-oidc" }, "machine": "m-7", "iat": NOW / 1000, "exp": NOW / 1000 + 60,
+    });
+    let ev = CloudIidEvidence {
+        provider: Provider::Oidc,
+        document: mint::jwt(&claims, Some("oidc-rsa"), Sign::Rs256(&k.oidc_rsa)),
+        signature: None,
+    };
+    let Outcome::Admitted(result) = run(&attestor, &FakeTx::new(), &request(mint::bytes(&ev)))
+    else {
+        panic!("configured claims")
+    };
+    assert_eq!(result.subject.as_deref(), Some("cloud:oidc:acct-oidc:m-7"));
+}
+
+#[test]
+fn configuration_is_validated() {
+    assert!(CloudIid::configure("{}").is_ok());
+    let k = keys();
+    let good = config_json(DEFAULT_MAX_AGE_MS);
+    let broken = |edit: &dyn Fn(&mut Value)| {
+        let mut c = good.clone();
+        edit(&mut c);
+        CloudIid::configure(&c.to_string()).unwrap_err()
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (broken(&|c| c["maxAgeMs"] = json!(10)), "maxAgeMs 10"),
+        (
+            broken(&|c| c["providers"]["aws"]["maxAgeMs"] = json!(0)),
+            "providers.aws.maxAgeMs",
+        ),
+        (
+            broken(&|c| c["providers"]["aws"]["certificates"] = json!("nope")),
+            "providers.aws.certificates",
+        ),
+        (
+            broken(&|c| c["providers"]["gcp"]["jwks"] = json!("{")),
+            "providers.gcp.jwks: not JSON",
+        ),
+        (
+            broken(&|c| c["providers"]["gcp"]["jwks"] = json!({"keys": []})),
+            "no RSA or P-256",
+        ),
+        (
+            broken(&|c| {
+                c["providers"]["gcp"]["jwks"] = mint::jwks(&[
+                    mint::rsa_jwk(&k.gcp_key, "a"),
+                    mint::rsa_jwk(&k.gcp_key, "a"),
+                ])
+            }),
+            "twice",
+        ),
+        (
+            broken(&|c| {
+                let mut jwk = mint::ec_jwk(&k.oidc_ec, "e");
+                jwk["alg"] = json!("RS256");
+                c["providers"]["oidc"]["jwks"] = mint::jwks(&[jwk]);
+            }),
+            "does not fit",
+        ),
+        (
+            broken(&|c| c["providers"]["gcp"]["accountClaim"] = json!("x")),
+            "takes no accountClaim",
+        ),
+        (
+            broken(&|c| {
+                drop(
+                    c["providers"]["oidc"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("issuer"),
+                )
+            }),
+            "issuer is required",
+        ),
+        (
+            broken(&|c| {
+                drop(
+                    c["providers"]["oidc"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("accountClaim"),
+                )
+            }),
+            "accountClaim is required",
+        ),
+        (
+            broken(&|c| c["providers"]["ibm"] = json!({})),
+            "unknown field `ibm`",
+        ),
+        (
+            broken(&|c| c["resolve"][0]["account"] = json!("a:b")),
+            "without ':'",
+        ),
+        (
+            broken(&|c| c["resolve"][0]["roles"] = json!(["admin"])),
+            "role \"admin\"",
+        ),
+        (
+            broken(&|c| c["resolve"][0]["roles"] = json!([])),
+            "empty roles",
+        ),
+        (
+            broken(&|c| {
+                let first = c["resolve"][0].clone();
+                c["resolve"].as_array_mut().unwrap().push(first);
+            }),
+            "twice",
+        ),
+    ];
+    for (error, expected) in cases {
+        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+        assert!(error.starts_with("invalid configuration"), "{error}");
+    }
+    // A small RSA key in a JWKS.
+    let small = rsa::RsaPrivateKey::new(&mut rand_core::OsRng, 1024).unwrap();
+    let error =
+        broken(&|c| c["providers"]["gcp"]["jwks"] = mint::jwks(&[mint::rsa_jwk(&small, "s")]));
+    assert!(error.contains("shorter than 2048"), "{error}");
+}
+
+#[test]
+fn jwk_spki_matches_the_keys_own_encoding() {
+    use p256::pkcs8::EncodePublicKey as _;
+    let k = keys();
+    let set = jwt::KeySet::parse(&mint::jwks(&[
+        mint::rsa_jwk(&k.gcp_key, "r"),
+        mint::ec_jwk(&k.oidc_ec, "e"),
+        json!({"kty": "oct", "kid": "h", "k": "c2VjcmV0"}),
+        json!({"kty": "RSA", "kid": "enc", "use": "enc", "n": "AQAB", "e": "AQAB"}),
+    ]))
+    .unwrap();
+    assert_eq!(set.get("r").unwrap().spki, mint::rsa_spki(&k.gcp_key));
+    assert_eq!(set.get("r").unwrap().alg, jwt::Alg::Rs256);
+    let ec_spki = k.oidc_ec.verifying_key().to_public_key_der().unwrap();
+    assert_eq!(set.get("e").unwrap().spki, ec_spki.as_bytes());
+    assert!(set.get("h").is_none(), "symmetric keys are never used");
+    assert!(set.get("enc").is_none(), "encryption keys are skipped");
+}
+
+#[test]
+fn ber_signed_data_verifies_like_der() {
+    let k = keys();
+    let document = mint::aws_document("acct-aws", "i-ber", NOW);
+    let der = mint::pkcs7(document.as_bytes(), &k.aws_key, &k.aws_cert, &[]);
+    assert_eq!(pkcs7::ber_to_der(&der).as_deref(), Some(der.as_slice()));
+    let ber = to_indefinite(&der);
+    assert_ne!(ber, der);
+    assert_eq!(pkcs7::ber_to_der(&ber).as_deref(), Some(der.as_slice()));
+    let trusted = pkcs7::Trusted::from_pem(&mint::pem(&[&k.aws_cert])).unwrap();
+    let content = pkcs7::verify(&ber, None, &trusted, NOW, &FakeCrypto).unwrap();
+    assert_eq!(content, document.as_bytes());
+}
+
+/// Re-encodes every constructed value of DER with indefinite lengths, and splits primitive
+/// OCTET STRINGs longer than 16 bytes into a constructed string of pieces: what BER PKCS#7
+/// producers emit.
+fn to_indefinite(der: &[u8]) -> Vec<u8> {
+    fn walk(mut input: &[u8], out: &mut Vec<u8>) {
+        while !input.is_empty() {
+            let tag = input[0];
+            let (len, header) = match input[1] {
+                n if n < 0x80 => (usize::from(n), 2),
+                n => {
+                    let count = usize::from(n & 0x7f);
+                    let len = input[2..2 + count]
+                        .iter()
+                        .fold(0usize, |a, b| (a << 8) | usize::from(*b));
+                    (len, 2 + count)
+                }
+            };
+            let value = &input[header..header + len];
+            if tag & 0x20 != 0 {
+                out.extend_from_slice(&[tag, 0x80]);
+                walk(value, out);
+                out.extend_from_slice(&[0, 0]);
+            } else if tag == 0x04 && value.len() > 16 {
+                out.extend_from_slice(&[0x24, 0x80]);
+                for piece in value.chunks(16) {
+                    out.extend_from_slice(&[0x04, piece.len() as u8]);
+                    out.extend_from_slice(piece);
+                }
+                out.extend_from_slice(&[0, 0]);
+            } else {
+                out.extend_from_slice(&input[..header + len]);
+            }
+            input = &input[header + len..];
+        }
+    }
+    let mut out = Vec::new();
+    walk(der, &mut out);
+    out
+}
+
+#[test]
+fn ber_to_der_is_total() {
+    for input in [
+        &[][..],
+        &[0x30],
+        &[0x30, 0x80],
+        &[0x30, 0x80, 0x00],
+        &[0x30, 0x05, 0x04, 0x01],
+        &[0x04, 0x80, 0x00, 0x00],
+        &[0x30, 0x84, 0xff, 0xff, 0xff, 0xff],
+        &[0x30, 0x85, 1, 1, 1, 1, 1],
+        &[0x1f, 0xff, 0xff, 0xff, 0xff, 0xff],
+        &[0x24, 0x80, 0x02, 0x01, 0x00, 0x00, 0x00],
+        &[0x30, 0x00, 0x00],
+    ] {
+        assert_eq!(pkcs7::ber_to_der(input), None, "{input:02x?}");
+    }
+    // Deep nesting is refused, not followed.
+    let mut deep = Vec::new();
+    for _ in 0..10_000 {
+        deep.extend_from_slice(&[0x30, 0x80]);
+    }
+    for _ in 0..10_000 {
+        deep.extend_from_slice(&[0, 0]);
+    }
+    assert_eq!(pkcs7::ber_to_der(&deep), None);
+    // Non-minimal lengths become minimal.
+    assert_eq!(
+        pkcs7::ber_to_der(&[0x04, 0x82, 0x00, 0x01, 0xaa]),
+        Some(vec![0x04, 0x01, 0xaa])
+    );
+}
+
+#[test]
+fn timestamps_parse() {
+    assert_eq!(
+        parse_rfc3339("2016-11-19T16:32:11Z"),
+        Some(1_479_573_131_000)
+    );
+    assert_eq!(
+        parse_rfc3339("2016-11-19T16:32:11.250Z"),
+        Some(1_479_573_131_000)
+    );
+    assert_eq!(
+        parse_rfc3339("2024-02-29T23:59:59Z"),
+        Some(1_709_251_199_000)
+    );
+    for bad in [
+        "",
+        "2016-11-19",
+        "2016-11-19T16:32:11",
+        "2016-11-19T16:32:11+01:00",
+        "2023-02-29T00:00:00Z",
+        "2016-13-01T00:00:00Z",
+        "2016-11-19T24:00:00Z",
+        "2016-11-19T16:32:11.Z",
+        "+016-11-19T16:32:11Z",
+        "2016-11-19T16:32:1\u{e9}Z",
+    ] {
+        assert_eq!(parse_rfc3339(bad), None, "{bad}");
+    }
+    assert_eq!(
+        parse_azure_time("11/28/18 00:16:17 -0000"),
+        Some(1_543_364_177_000)
+    );
+    for bad in [
+        "",
+        "11/28/18 00:16:17",
+        "11/28/2018 00:16:17 -0000",
+        "13/28/18 00:16:17 -0000",
+        "11/28/18 00:16:17 +0100",
+    ] {
+        assert_eq!(parse_azure_time(bad), None, "{bad}");
+    }
+    // The mint's formatting round-trips.
+    for ms in [NOW, 1_709_251_199_000, 951_782_400_000, 946_684_800_000] {
+        assert_eq!(parse_rfc3339(&mint::rfc3339(ms)), Some(ms));
+        assert_eq!(parse_azure_time(&mint::azure_time(ms)), Some(ms));
+    }
+    assert_eq!(parse_rfc3339(&mint::rfc3339(0)), Some(0));
+}
+
+#[test]
+fn info_names_the_attestor() {
+    let info = CloudIid::info();
+    assert_eq!(info.id, "cloud-iid");
+    assert_eq!(info.rounds, 1);
+    for code in [
+        codes::UNKNOWN_PROVIDER,
+        codes::BAD_ALGORITHM,
+        codes::UNKNOWN_KEY,
+        codes::UNTRUSTED_SIGNER,
+        codes::BAD_SIGNATURE,
+        codes::BAD_ISSUER,
+        codes::BAD_AUDIENCE,
+        codes::TOO_OLD,
+        codes::NOT_YET_VALID,
+        codes::MISSING_CLAIM,
+    ] {
+        assert!(reason::is_valid(code), "{code}");
+    }
+}
