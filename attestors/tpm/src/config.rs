@@ -111,8 +111,9 @@ impl Config {
         }
         let mut ek_roots = Vec::new();
         for (i, root) in raw.ek_roots.iter().enumerate() {
-            let ders = certificates(root)
-                .ok_or_else(|| format!("invalid configuration: ekRoots[{i}] is neither PEM nor base64 DER"))?;
+            let ders = certificates(root).ok_or_else(|| {
+                format!("invalid configuration: ekRoots[{i}] is neither PEM nor base64 DER")
+            })?;
             ek_roots.extend(ders);
         }
         if raw.pcr_policy.len() > MAX_PCR_POLICY {
@@ -137,7 +138,9 @@ impl Config {
                 .ok()
                 .filter(|d| d.len() == size)
                 .ok_or_else(|| {
-                    format!("invalid configuration: pcrPolicy[{i}].digest is not {size} bytes of hex")
+                    format!(
+                        "invalid configuration: pcrPolicy[{i}].digest is not {size} bytes of hex"
+                    )
                 })?;
             if p.index > 23 {
                 return Err(format!(
@@ -168,7 +171,9 @@ impl Config {
                 ));
             }
             if entry.tenant_id.is_empty() {
-                return Err(format!("invalid configuration: allow[{i}].tenantId is empty"));
+                return Err(format!(
+                    "invalid configuration: allow[{i}].tenantId is empty"
+                ));
             }
         }
         Ok(Config {

@@ -488,8 +488,7 @@ fn open_state(cx: &Context<'_>, sealed: &[u8], csr_sha256: &[u8]) -> Result<Stat
             CryptoError::Expired => refuse(CHALLENGE_EXPIRED),
             _ => refuse(CHALLENGE_STATE),
         })?;
-    let state: State =
-        serde_json::from_slice(&plaintext).map_err(|_| refuse(CHALLENGE_STATE))?;
+    let state: State = serde_json::from_slice(&plaintext).map_err(|_| refuse(CHALLENGE_STATE))?;
     if state.v != STATE_VERSION {
         return Err(refuse(CHALLENGE_STATE));
     }

@@ -5,6 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
+use base64::Engine as _;
 use gatehouse_proto::tpm::{
     PcrValue, TpmAnswer, TpmCertifiedKey, TpmChallenge, TpmEnrollment, TpmEvidence, TpmQuote,
     ak_statement, quote_nonce_input,
@@ -19,7 +20,6 @@ use gatehouse_tpm::marshal::{
     AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public, ecdsa_sha256_signature,
     quote_attest, rsa_ek_public,
 };
-use base64::Engine as _;
 use gatehouse_tpm::{HashAlg, RustCryptoVerifier, attr};
 use p256::ecdsa::signature::Signer as _;
 use p256::ecdsa::{Signature, SigningKey};
@@ -103,7 +103,9 @@ impl Tx for FakeTx {
             pool_id: None,
             site_id: None,
         };
-        self.details.borrow_mut().insert(id.clone(), details.to_owned());
+        self.details
+            .borrow_mut()
+            .insert(id.clone(), details.to_owned());
         requests.insert(id, row.clone());
         Ok(row)
     }
@@ -196,7 +198,12 @@ impl Crypto for FakeCrypto {
     fn seal_state(&self, plaintext: &[u8], binding: &[u8]) -> Vec<u8> {
         self.seal_state_until(plaintext, binding, i64::MAX)
     }
-    fn seal_state_until(&self, plaintext: &[u8], binding: &[u8], not_after: TimestampMs) -> Vec<u8> {
+    fn seal_state_until(
+        &self,
+        plaintext: &[u8],
+        binding: &[u8],
+        not_after: TimestampMs,
+    ) -> Vec<u8> {
         let sealed = serde_json::json!({
             "p": hex::encode(plaintext),
             "b": hex::encode(binding),
@@ -250,17 +257,24 @@ impl Crypto for FakeCrypto {
                 digest: p.digest.clone(),
             })
             .collect();
-        gatehouse_tpm::verify_quote(&RustCryptoVerifier, ak_public, quote, signature, &pcrs, nonce)
-            .map(|v| {
-                v.into_iter()
-                    .map(|p| TpmPcrValue {
-                        hash_alg: p.hash_alg,
-                        index: p.index,
-                        digest: p.digest,
-                    })
-                    .collect()
-            })
-            .map_err(wit)
+        gatehouse_tpm::verify_quote(
+            &RustCryptoVerifier,
+            ak_public,
+            quote,
+            signature,
+            &pcrs,
+            nonce,
+        )
+        .map(|v| {
+            v.into_iter()
+                .map(|p| TpmPcrValue {
+                    hash_alg: p.hash_alg,
+                    index: p.index,
+                    digest: p.digest,
+                })
+                .collect()
+        })
+        .map_err(wit)
     }
     fn tpm_verify_certify(
         &self,
@@ -384,7 +398,9 @@ impl Machine {
         let digest = gatehouse_tpm::pcr_digest(HashAlg::Sha256, &values).unwrap();
         let indexes: Vec<u8> = self.pcrs.iter().map(|p| p.index).collect();
         let attest = quote_attest(quote_nonce, &indexes, &digest);
-        let name = gatehouse_tpm::Public::parse(&self.node_public).unwrap().name;
+        let name = gatehouse_tpm::Public::parse(&self.node_public)
+            .unwrap()
+            .name;
         let certify_info = certify_attest(certify_nonce, &name);
         TpmAnswer {
             v: 1,
@@ -404,7 +420,13 @@ impl Machine {
     }
 
     fn csr_spki_sha256(&self) -> Vec<u8> {
-        sha256(self.node_key.verifying_key().to_public_key_der().unwrap().as_bytes())
+        sha256(
+            self.node_key
+                .verifying_key()
+                .to_public_key_der()
+                .unwrap()
+                .as_bytes(),
+        )
     }
 }
 
@@ -520,10 +542,10 @@ fn a_bound_ek_reclaims_its_node() {
     let machine = Machine::new();
     let attestor = config("");
     let run = Run::new();
-    run.tx.bindings.borrow_mut().insert(
-        ("tpm-ek".into(), machine.ek_sha256()),
-        "node_7".into(),
-    );
+    run.tx
+        .bindings
+        .borrow_mut()
+        .insert(("tpm-ek".into(), machine.ek_sha256()), "node_7".into());
     run.tx.nodes.borrow_mut().insert(
         "node_7".into(),
         Node {
@@ -583,7 +605,10 @@ fn an_unknown_ek_waits_for_an_operator_and_is_admitted_once() {
     assert_eq!(result.node_key_uri, Some(machine.ak_statement()));
     assert_eq!(result.bindings[0].value, machine.ek_sha256());
     // Once.
-    assert_eq!(refused(run.round2(&attestor, &machine, answer)), JOIN_REQUEST_USED);
+    assert_eq!(
+        refused(run.round2(&attestor, &machine, answer)),
+        JOIN_REQUEST_USED
+    );
 }
 
 #[test]
@@ -604,7 +629,10 @@ fn a_denied_request_refuses() {
         .get_mut(&approval.request_id)
         .unwrap()
         .state = JoinRequestState::Denied;
-    assert_eq!(refused(run.round2(&attestor, &machine, answer)), JOIN_REQUEST_DENIED);
+    assert_eq!(
+        refused(run.round2(&attestor, &machine, answer)),
+        JOIN_REQUEST_DENIED
+    );
 }
 
 #[test]
@@ -629,7 +657,10 @@ fn round_one_refusals() {
         edit(&mut e);
         refused(run.verify(&attestor, &request(&machine, &TpmEvidence::Enroll(e), 1)))
     };
-    assert_eq!(enroll(&|e| e.ek_certificate = b"another".to_vec()), EK_UNTRUSTED);
+    assert_eq!(
+        enroll(&|e| e.ek_certificate = b"another".to_vec()),
+        EK_UNTRUSTED
+    );
     assert_eq!(enroll(&|e| e.ek_public.push(0)), EK_MALFORMED);
     // TPM2B-wrapped: the same EK would have two hashes.
     assert_eq!(
@@ -653,7 +684,10 @@ fn round_one_refusals() {
     // Another root configured: untrusted.
     let other = Tpm::configure(r#"{"ekRoots":["b3RoZXI="]}"#).unwrap();
     assert_eq!(
-        refused(run.verify(&other, &request(&machine, &TpmEvidence::Enroll(machine.enrollment()), 1))),
+        refused(run.verify(
+            &other,
+            &request(&machine, &TpmEvidence::Enroll(machine.enrollment()), 1)
+        )),
         EK_UNTRUSTED
     );
     // A token, a ramdisk, garbage.
@@ -662,13 +696,19 @@ fn round_one_refusals() {
         id: "t".into(),
         secret: vec![1],
     });
-    assert_eq!(refused(run.verify(&attestor, &with_token)), UNEXPECTED_TOKEN);
+    assert_eq!(
+        refused(run.verify(&attestor, &with_token)),
+        UNEXPECTED_TOKEN
+    );
     let mut ramdisk = request(&machine, &TpmEvidence::Enroll(machine.enrollment()), 1);
     ramdisk.role = JoinRole::Ramdisk;
     assert_eq!(refused(run.verify(&attestor, &ramdisk)), reason::WRONG_ROLE);
     let mut garbage = request(&machine, &TpmEvidence::Enroll(machine.enrollment()), 1);
     garbage.attestation = b"{".to_vec();
-    assert_eq!(refused(run.verify(&attestor, &garbage)), reason::MALFORMED_EVIDENCE);
+    assert_eq!(
+        refused(run.verify(&attestor, &garbage)),
+        reason::MALFORMED_EVIDENCE
+    );
 }
 
 #[test]
@@ -722,8 +762,11 @@ fn round_two_refusals_each_with_its_reason() {
         reason::NODE_KEY_NONCE,
     );
     let mut name = good.clone();
-    name.node_key.as_mut().unwrap().public =
-        p256_public(&SigningKey::from_slice(&[5; 32]).unwrap(), NODE_KEY_ATTRIBUTES, false);
+    name.node_key.as_mut().unwrap().public = p256_public(
+        &SigningKey::from_slice(&[5; 32]).unwrap(),
+        NODE_KEY_ATTRIBUTES,
+        false,
+    );
     check(name, reason::NODE_KEY_NAME);
     for attributes in [
         NODE_KEY_ATTRIBUTES | attr::DECRYPT,
@@ -755,7 +798,12 @@ fn round_two_refusals_each_with_its_reason() {
     absent.node_key = None;
     check(absent, reason::NODE_KEY_NOT_CERTIFIED);
     let mut malformed = good.clone();
-    malformed.node_key.as_mut().unwrap().certify_info.truncate(10);
+    malformed
+        .node_key
+        .as_mut()
+        .unwrap()
+        .certify_info
+        .truncate(10);
     check(malformed, reason::NODE_KEY_MALFORMED);
 
     // Expired: the same good answer after the challenge's not-after.
@@ -775,7 +823,11 @@ fn an_answer_for_another_csr_does_not_open() {
     let attestor = config(&allow(&machine));
     let run = Run::new();
     let challenge = run.challenge(&attestor, &machine);
-    let mut req = request(&machine, &TpmEvidence::Answer(machine.answer(&challenge)), 2);
+    let mut req = request(
+        &machine,
+        &TpmEvidence::Answer(machine.answer(&challenge)),
+        2,
+    );
     req.csr_sha256 = sha256(b"another CSR");
     assert_eq!(refused(run.verify(&attestor, &req)), CHALLENGE_STATE);
 }
@@ -796,9 +848,15 @@ fn pcr_policy_and_uncertified_keys() {
         Outcome::Admitted(_)
     ));
     for bad in [
-        format!(r#""hashAlg":"sha256","index":7,"digest":"{}""#, hex::encode([9u8; 32])),
+        format!(
+            r#""hashAlg":"sha256","index":7,"digest":"{}""#,
+            hex::encode([9u8; 32])
+        ),
         // A PCR the quote does not cover.
-        format!(r#""hashAlg":"sha256","index":3,"digest":"{}""#, hex::encode([4u8; 32])),
+        format!(
+            r#""hashAlg":"sha256","index":3,"digest":"{}""#,
+            hex::encode([4u8; 32])
+        ),
     ] {
         let attestor = config(&format!(r#"{},"pcrPolicy":[{{{bad}}}]"#, allow(&machine)));
         let challenge = run.challenge(&attestor, &machine);

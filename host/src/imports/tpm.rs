@@ -25,7 +25,9 @@ impl<B: TxBackend> Host for CallState<B> {
         &mut self,
         public: Vec<u8>,
     ) -> wasmtime::Result<Result<PublicInfo, TpmError>> {
-        Ok(gatehouse_tpm::check_ak(&public).map(info).map_err(wit_error))
+        Ok(gatehouse_tpm::check_ak(&public)
+            .map(info)
+            .map_err(wit_error))
     }
 
     async fn make_credential(
@@ -154,9 +156,7 @@ fn wit_error(e: gatehouse_tpm::TpmError) -> TpmError {
 
 /// The native TPM checks the import, renewal and the benchmark share.
 pub mod native {
-    use aws_lc_rs::cipher::{
-        AES_128, AES_256, EncryptingKey, EncryptionContext, UnboundCipherKey,
-    };
+    use aws_lc_rs::cipher::{AES_128, AES_256, EncryptingKey, EncryptionContext, UnboundCipherKey};
     use aws_lc_rs::iv::FixedLength;
     use aws_lc_rs::rsa::{OAEP_SHA256_MGF1SHA256, OaepPublicEncryptingKey, PublicEncryptingKey};
     use gatehouse_tpm::{
@@ -241,8 +241,8 @@ pub mod native {
         ) -> Result<Vec<u8>, TpmError> {
             let key = PublicEncryptingKey::from_der(spki)
                 .map_err(|_| TpmError::Malformed("EK RSA key"))?;
-            let key = OaepPublicEncryptingKey::new(key)
-                .map_err(|_| TpmError::Malformed("EK RSA key"))?;
+            let key =
+                OaepPublicEncryptingKey::new(key).map_err(|_| TpmError::Malformed("EK RSA key"))?;
             let mut out = vec![0; key.ciphertext_size()];
             let len = key
                 .encrypt(&OAEP_SHA256_MGF1SHA256, plaintext, &mut out, Some(label))

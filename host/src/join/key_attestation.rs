@@ -69,8 +69,7 @@ mod tests {
     use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
     use gatehouse_proto::tpm::ak_statement;
     use gatehouse_tpm::marshal::{
-        AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public,
-        ecdsa_sha256_signature,
+        AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public, ecdsa_sha256_signature,
     };
     use gatehouse_tpm::{Public, attr};
 
@@ -175,8 +174,7 @@ mod tests {
         // that is not restricted is refused on its attributes.
         let (weak, weak_xy) = key();
         let weak_public = public(&weak_xy, AK_ATTRIBUTES & !attr::RESTRICTED, true);
-        let weak_statement =
-            ak_statement(&Public::parse(&weak_public).unwrap().name).unwrap();
+        let weak_statement = ak_statement(&Public::parse(&weak_public).unwrap().name).unwrap();
         let mut a = s.good();
         a.ak_public = weak_public;
         a.signature = sign(&weak, &a.certify_info);

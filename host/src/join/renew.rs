@@ -143,11 +143,7 @@ impl JoinService {
         // A leaf naming a TPM AK renews only with that AK's certification of the CSR's key
         // (see `key_attestation`); its statements are carried into the new certificate.
         if let Err(refusal) = check(&cert, node.as_ref(), now).and_then(|()| {
-            super::key_attestation::check(
-                &cert.statements,
-                request.key_attestation.as_ref(),
-                &csr,
-            )
+            super::key_attestation::check(&cert.statements, request.key_attestation.as_ref(), &csr)
         }) {
             drop(tx);
             return Err(self.refuse(&mut round, refused(refusal)).await);

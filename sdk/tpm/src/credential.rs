@@ -78,16 +78,24 @@ pub fn make_credential(
         return Err(TpmError::Unsupported("EK type (RSA only)"));
     }
     if !ek.has(attr::RESTRICTED | attr::DECRYPT) || ek.has(attr::SIGN) {
-        return Err(TpmError::Attributes("the EK is not a restricted decryption key"));
+        return Err(TpmError::Attributes(
+            "the EK is not a restricted decryption key",
+        ));
     }
     if ek.name_alg != HashAlg::Sha256 {
         return Err(TpmError::Unsupported("EK nameAlg (SHA-256 only)"));
     }
     let key_bits = match ek.params.symmetric {
-        Some(sym) if sym.alg == alg::AES && sym.mode == alg::CFB && matches!(sym.key_bits, 128 | 256) => {
+        Some(sym)
+            if sym.alg == alg::AES && sym.mode == alg::CFB && matches!(sym.key_bits, 128 | 256) =>
+        {
             u32::from(sym.key_bits)
         }
-        _ => return Err(TpmError::Unsupported("EK symmetric algorithm (AES-CFB only)")),
+        _ => {
+            return Err(TpmError::Unsupported(
+                "EK symmetric algorithm (AES-CFB only)",
+            ));
+        }
     };
     if !is_object_name(ak_name) {
         return Err(TpmError::Malformed("AK name"));
@@ -111,8 +119,8 @@ pub fn make_credential(
     enc_identity.extend_from_slice(secret);
     crypto.aes_cfb_encrypt(&sym_key, &mut enc_identity)?;
 
-    let mut mac = Hmac::<Sha256>::new_from_slice(&hmac_key)
-        .map_err(|_| TpmError::Malformed("HMAC key"))?;
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(&hmac_key).map_err(|_| TpmError::Malformed("HMAC key"))?;
     mac.update(&enc_identity);
     mac.update(ak_name);
     let integrity = mac.finalize().into_bytes();

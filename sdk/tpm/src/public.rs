@@ -167,8 +167,8 @@ fn parse_area(area: &[u8]) -> Result<Public, TpmError> {
         alg::ECC => {
             let symmetric = sym_def(&mut r)?;
             let (scheme, scheme_hash) = read_scheme(&mut r, "ECC scheme")?;
-            let curve = EccCurve::from_id(r.u16("curveID")?)
-                .ok_or(TpmError::Unsupported("ECC curve"))?;
+            let curve =
+                EccCurve::from_id(r.u16("curveID")?).ok_or(TpmError::Unsupported("ECC curve"))?;
             // The KDF scheme (TPMT_KDF_SCHEME): read and ignored, it plays no part in any check.
             let _ = read_scheme(&mut r, "ECC kdf")?;
             let x = coordinate(r.tpm2b(MAX_ECC_COORDINATE, "ECC x")?, curve)?;

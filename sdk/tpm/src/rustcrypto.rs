@@ -20,7 +20,9 @@ impl Verifier for RustCryptoVerifier {
             y,
         } = &key.key
         else {
-            return Err(TpmError::Unsupported("RustCrypto verifier: P-256 keys only"));
+            return Err(TpmError::Unsupported(
+                "RustCrypto verifier: P-256 keys only",
+            ));
         };
         if signature.hash() != HashAlg::Sha256 {
             return Err(TpmError::Unsupported("RustCrypto verifier: SHA-256 only"));
@@ -29,6 +31,7 @@ impl Verifier for RustCryptoVerifier {
         let key = VerifyingKey::from_sec1_bytes(&der::ec_point(x, y))
             .map_err(|_| TpmError::Malformed("P-256 point"))?;
         let sig = EcdsaSignature::from_slice(&fixed).map_err(|_| TpmError::BadSignature)?;
-        key.verify(message, &sig).map_err(|_| TpmError::BadSignature)
+        key.verify(message, &sig)
+            .map_err(|_| TpmError::BadSignature)
     }
 }

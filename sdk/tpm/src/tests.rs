@@ -37,7 +37,8 @@ impl Verifier for TestVerifier {
         let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(&der::ec_point(x, y))
             .map_err(|_| TpmError::Malformed("point"))?;
         let sig = P256Signature::from_slice(&fixed).map_err(|_| TpmError::BadSignature)?;
-        key.verify(message, &sig).map_err(|_| TpmError::BadSignature)
+        key.verify(message, &sig)
+            .map_err(|_| TpmError::BadSignature)
     }
 }
 
@@ -133,10 +134,16 @@ fn refuses_malformed_public_areas() {
     );
     let mut keyedhash = good.clone();
     keyedhash[..2].copy_from_slice(&alg::KEYEDHASH.to_be_bytes());
-    assert!(matches!(Public::parse(&keyedhash), Err(TpmError::Unsupported(_))));
+    assert!(matches!(
+        Public::parse(&keyedhash),
+        Err(TpmError::Unsupported(_))
+    ));
     let mut sha1 = good.clone();
     sha1[2..4].copy_from_slice(&alg::SHA1.to_be_bytes());
-    assert!(matches!(Public::parse(&sha1), Err(TpmError::Unsupported(_))));
+    assert!(matches!(
+        Public::parse(&sha1),
+        Err(TpmError::Unsupported(_))
+    ));
     assert!(Public::parse(&[]).is_err());
     assert!(Public::parse(&vec![0; MAX_PUBLIC_LEN + 1]).is_err());
 }
@@ -262,7 +269,14 @@ fn a_signature_must_fit_the_keys_scheme() {
     let mut relabelled = sig.clone();
     relabelled[2..4].copy_from_slice(&alg::SHA384.to_be_bytes());
     assert_eq!(
-        verify_quote(&verifier(), &ak_public, &attest, &relabelled, &pcrs(), &NONCE),
+        verify_quote(
+            &verifier(),
+            &ak_public,
+            &attest,
+            &relabelled,
+            &pcrs(),
+            &NONCE
+        ),
         Err(TpmError::BadSignature)
     );
     // A decryption-only key signs nothing.
@@ -360,7 +374,12 @@ fn kdfa_matches_its_definition() {
 struct Transparent;
 
 impl CredentialCrypto for Transparent {
-    fn rsa_oaep_sha256(&self, _: &[u8], plaintext: &[u8], label: &[u8]) -> Result<Vec<u8>, TpmError> {
+    fn rsa_oaep_sha256(
+        &self,
+        _: &[u8],
+        plaintext: &[u8],
+        label: &[u8],
+    ) -> Result<Vec<u8>, TpmError> {
         assert_eq!(label, b"IDENTITY\0");
         Ok(plaintext.to_vec())
     }
@@ -374,7 +393,9 @@ impl CredentialCrypto for Transparent {
 #[test]
 fn make_credential_lays_out_the_blob() {
     let ek = Public::parse(&rsa_ek_public(&[0xc1; 256])).unwrap();
-    let ak_name = Public::parse(&public_of(&key(1), AK_ATTRIBUTES, true)).unwrap().name;
+    let ak_name = Public::parse(&public_of(&key(1), AK_ATTRIBUTES, true))
+        .unwrap()
+        .name;
     let seed = [9u8; 32];
     let credential = make_credential(&Transparent, &ek, &ak_name, b"secret", &seed).unwrap();
     assert_eq!(credential.encrypted_secret, seed);

@@ -149,8 +149,7 @@ pub fn verify_quote(
             return Err(TpmError::PcrMismatch);
         };
         let size = HashAlg::from_id(hash_alg).map(HashAlg::size);
-        if value.hash_alg != hash_alg || value.index != index || Some(value.digest.len()) != size
-        {
+        if value.hash_alg != hash_alg || value.index != index || Some(value.digest.len()) != size {
             return Err(TpmError::PcrMismatch);
         }
     }

@@ -137,18 +137,25 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
             .await
             .context("loading the tpm-verify benchmark component")?;
     let call = |attestation: &[u8]| {
-        let session = Session::new(ID, MemoryStore::new(NOW, []), pki.clone(), CSR_SHA256.to_vec());
+        let session = Session::new(
+            ID,
+            MemoryStore::new(NOW, []),
+            pki.clone(),
+            CSR_SHA256.to_vec(),
+        );
         let request = request(attestation);
         let runtime = &runtime;
         async move { runtime.verify(ID, session, &request).await.result }
     };
     match call(&tampered).await {
         Ok(wit::Outcome::Refused(r)) if r.reason == "bench-quote" => {}
-        other => bail!("the component did not refuse a flipped quote: {:?}", other.map(|_| ())),
+        other => bail!(
+            "the component did not refuse a flipped quote: {:?}",
+            other.map(|_| ())
+        ),
     }
     ensure!(
-        gatehouse_bench_tpm_verify::check(&tampered, &CSR_SHA256, &AwsLcVerifier)
-            == Err("quote"),
+        gatehouse_bench_tpm_verify::check(&tampered, &CSR_SHA256, &AwsLcVerifier) == Err("quote"),
         "the native checks did not refuse a flipped quote"
     );
 
@@ -158,7 +165,10 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
         let result = call(&valid).await;
         let took = started.elapsed();
         if !matches!(result, Ok(wit::Outcome::Admitted(_))) {
-            bail!("the component did not admit the valid structures: {:?}", result.map(|_| ()));
+            bail!(
+                "the component did not admit the valid structures: {:?}",
+                result.map(|_| ())
+            );
         }
         if i >= iterations / 10 {
             wasm.push(took);

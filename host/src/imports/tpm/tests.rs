@@ -53,19 +53,37 @@ fn an_ek_certificate_from_another_ca_or_for_another_key_is_refused() {
     ));
     // A root that is not the swtpm CA (the EK certificate itself is no CA).
     assert!(matches!(
-        native::verify_ek(&swtpm_ek_public(), EK_CERT, &[LOCAL_CA.to_vec()], &[EK_CERT.to_vec()], AT),
+        native::verify_ek(
+            &swtpm_ek_public(),
+            EK_CERT,
+            &[LOCAL_CA.to_vec()],
+            &[EK_CERT.to_vec()],
+            AT
+        ),
         Err(EkError::Chain(_))
     ));
     // Before the certificates' notBefore.
     assert!(matches!(
-        native::verify_ek(&swtpm_ek_public(), EK_CERT, &[LOCAL_CA.to_vec()], &[ROOT.to_vec()], 0),
+        native::verify_ek(
+            &swtpm_ek_public(),
+            EK_CERT,
+            &[LOCAL_CA.to_vec()],
+            &[ROOT.to_vec()],
+            0
+        ),
         Err(EkError::Chain(_))
     ));
     // A trusted certificate for another EK.
     let mut other = hex::decode(MODULUS_HEX.trim()).unwrap();
     other[100] ^= 1;
     assert_eq!(
-        native::verify_ek(&rsa_ek_public(&other), EK_CERT, &[LOCAL_CA.to_vec()], &[ROOT.to_vec()], AT),
+        native::verify_ek(
+            &rsa_ek_public(&other),
+            EK_CERT,
+            &[LOCAL_CA.to_vec()],
+            &[ROOT.to_vec()],
+            AT
+        ),
         Err(EkError::KeyMismatch)
     );
     // Garbage.
@@ -83,7 +101,12 @@ fn activate(
     let oaep = OaepPrivateDecryptingKey::new(ek.clone()).unwrap();
     let mut seed = vec![0; oaep.min_output_size()];
     let seed = oaep
-        .decrypt(&OAEP_SHA256_MGF1SHA256, encrypted, &mut seed, Some(b"IDENTITY\0"))
+        .decrypt(
+            &OAEP_SHA256_MGF1SHA256,
+            encrypted,
+            &mut seed,
+            Some(b"IDENTITY\0"),
+        )
         .unwrap()
         .to_vec();
     assert_eq!(seed.len(), 32);
@@ -126,7 +149,12 @@ fn make_credential_activates_only_with_the_ek_and_the_ak_name() {
     let credential = native::make_credential(&ek_public, &ak_name, &secret).unwrap();
     assert_eq!(credential.encrypted_secret.len(), 256);
     assert_eq!(
-        activate(&ek, &ak_name, &credential.credential_blob, &credential.encrypted_secret),
+        activate(
+            &ek,
+            &ak_name,
+            &credential.credential_blob,
+            &credential.encrypted_secret
+        ),
         Some(secret.to_vec())
     );
     // A fresh seed each time.
@@ -136,7 +164,12 @@ fn make_credential_activates_only_with_the_ek_and_the_ak_name() {
     let mut other_name = ak_name.clone();
     other_name[5] ^= 1;
     assert_eq!(
-        activate(&ek, &other_name, &credential.credential_blob, &credential.encrypted_secret),
+        activate(
+            &ek,
+            &other_name,
+            &credential.credential_blob,
+            &credential.encrypted_secret
+        ),
         None
     );
     // Not an EK.
@@ -153,9 +186,7 @@ fn p256_key(attributes: u32, scheme: bool, seed: u8) -> (EcdsaKeyPair, Vec<u8>) 
     let mut scalar = [seed; 32];
     scalar[0] = 0x10;
     let pair = EcdsaKeyPair::from_private_key_der(&ECDSA_P256_SHA256_FIXED_SIGNING, &sec1(&scalar))
-        .unwrap_or_else(|_| {
-            EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap()
-        });
+        .unwrap_or_else(|_| EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap());
     let point = pair.public_key().as_ref().to_vec();
     let public = ecc_p256_public(attributes, scheme, &point[1..33], &point[33..65]);
     (pair, public)
@@ -165,7 +196,9 @@ fn p256_key(attributes: u32, scheme: bool, seed: u8) -> (EcdsaKeyPair, Vec<u8>) 
 fn sec1(scalar: &[u8; 32]) -> Vec<u8> {
     let mut der = vec![0x30, 0x31, 0x02, 0x01, 0x01, 0x04, 0x20];
     der.extend_from_slice(scalar);
-    der.extend_from_slice(&[0xa0, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07]);
+    der.extend_from_slice(&[
+        0xa0, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+    ]);
     der
 }
 
@@ -203,13 +236,27 @@ fn quotes_and_certifications_verify_with_aws_lc() {
     let info = certify_attest(&nonce, &name);
     let sig = sign(&ak_pair, &info);
     assert!(
-        gatehouse_tpm::verify_certify(&AwsLcVerifier, &ak_public, &info, &sig, &node_public, &nonce)
-            .is_ok()
+        gatehouse_tpm::verify_certify(
+            &AwsLcVerifier,
+            &ak_public,
+            &info,
+            &sig,
+            &node_public,
+            &nonce
+        )
+        .is_ok()
     );
     let (other_pair, _) = p256_key(AK_ATTRIBUTES, true, 9);
     let forged = sign(&other_pair, &info);
     assert_eq!(
-        gatehouse_tpm::verify_certify(&AwsLcVerifier, &ak_public, &info, &forged, &node_public, &nonce),
+        gatehouse_tpm::verify_certify(
+            &AwsLcVerifier,
+            &ak_public,
+            &info,
+            &forged,
+            &node_public,
+            &nonce
+        ),
         Err(TpmError::BadSignature)
     );
 }
@@ -221,7 +268,13 @@ fn all_entry_points(bytes: &[u8]) {
     let _ = native::make_credential(bytes, bytes, bytes);
     let _ = native::make_credential(&swtpm_ek_public(), bytes, &[1; 32]);
     let _ = native::verify_ek(bytes, EK_CERT, &[LOCAL_CA.to_vec()], &[ROOT.to_vec()], AT);
-    let _ = native::verify_ek(&swtpm_ek_public(), bytes, &[bytes.to_vec()], &[ROOT.to_vec()], AT);
+    let _ = native::verify_ek(
+        &swtpm_ek_public(),
+        bytes,
+        &[bytes.to_vec()],
+        &[ROOT.to_vec()],
+        AT,
+    );
     let _ = gatehouse_tpm::verify_quote(&AwsLcVerifier, bytes, bytes, bytes, &[], bytes);
     let _ = gatehouse_tpm::verify_certify(&AwsLcVerifier, bytes, bytes, bytes, bytes, bytes);
     let (_, ak_public) = ak();
