@@ -178,28 +178,14 @@ fn make_credential_activates_only_with_the_ek_and_the_ak_name() {
 
 /// A P-256 AK (its key pair and public area).
 fn ak() -> (EcdsaKeyPair, Vec<u8>) {
-    p256_key(AK_ATTRIBUTES, true, 1)
+    p256_key(AK_ATTRIBUTES, true)
 }
 
-fn p256_key(attributes: u32, scheme: bool, seed: u8) -> (EcdsaKeyPair, Vec<u8>) {
-    // Fixed scalars so the public areas (and names) are stable within a test.
-    let mut scalar = [seed; 32];
-    scalar[0] = 0x10;
-    let pair = EcdsaKeyPair::from_private_key_der(&ECDSA_P256_SHA256_FIXED_SIGNING, &sec1(&scalar))
-        .unwrap_or_else(|_| EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap());
+fn p256_key(attributes: u32, scheme: bool) -> (EcdsaKeyPair, Vec<u8>) {
+    let pair = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap();
     let point = pair.public_key().as_ref().to_vec();
     let public = ecc_p256_public(attributes, scheme, &point[1..33], &point[33..65]);
     (pair, public)
-}
-
-/// An RFC 5915 ECPrivateKey for a P-256 scalar, without the public key.
-fn sec1(scalar: &[u8; 32]) -> Vec<u8> {
-    let mut der = vec![0x30, 0x31, 0x02, 0x01, 0x01, 0x04, 0x20];
-    der.extend_from_slice(scalar);
-    der.extend_from_slice(&[
-        0xa0, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
-    ]);
-    der
 }
 
 fn sign(pair: &EcdsaKeyPair, message: &[u8]) -> Vec<u8> {
@@ -231,7 +217,7 @@ fn quotes_and_certifications_verify_with_aws_lc() {
         Err(TpmError::BadSignature)
     );
 
-    let (_, node_public) = p256_key(NODE_KEY_ATTRIBUTES, false, 2);
+    let (_, node_public) = p256_key(NODE_KEY_ATTRIBUTES, false);
     let name = gatehouse_tpm::Public::parse(&node_public).unwrap().name;
     let info = certify_attest(&nonce, &name);
     let sig = sign(&ak_pair, &info);
@@ -246,7 +232,7 @@ fn quotes_and_certifications_verify_with_aws_lc() {
         )
         .is_ok()
     );
-    let (other_pair, _) = p256_key(AK_ATTRIBUTES, true, 9);
+    let (other_pair, _) = p256_key(AK_ATTRIBUTES, true);
     let forged = sign(&other_pair, &info);
     assert_eq!(
         gatehouse_tpm::verify_certify(
