@@ -143,7 +143,7 @@ mod tests {
         }
 
         fn check(&self, a: Option<&TpmKeyAttestation>) -> Result<(), RenewRefusal> {
-            check(&[self.statement.clone()], a, &self.csr)
+            check(std::slice::from_ref(&self.statement), a, &self.csr)
         }
     }
 
