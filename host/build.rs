@@ -12,6 +12,7 @@ const BUILTIN: &[&str] = &[
     "gatehouse-attestor-join-token",
     "gatehouse-attestor-x509pop",
     "gatehouse-attestor-cloud-iid",
+    "gatehouse-attestor-tpm",
 ];
 
 /// Built-in attestors that embed join-token's token checks (its crate without the `component`
@@ -21,8 +22,15 @@ const BUILTIN: &[&str] = &[
 /// would overwrite each other.
 const BUILTIN_EMBEDDING_JOIN_TOKEN: &[&str] = &["gatehouse-attestor-provisioned"];
 
+/// Components `gatehouse bench` loads beside the built-in attestors, never built in.
+const BENCH: &[&str] = &["gatehouse-bench-tpm-verify"];
+
 fn main() {
-    let mut built = gatehouse_build_support::build_components(BUILTIN);
+    let packages: Vec<&str> = BUILTIN.iter().chain(BENCH).copied().collect();
+    let all = gatehouse_build_support::build_components(&packages);
+    let (bench, mut built): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|c| BENCH.contains(&c.package.as_str()));
     built.extend(gatehouse_build_support::build_components_in(
         "components-embedding",
         BUILTIN_EMBEDDING_JOIN_TOKEN,
@@ -34,6 +42,19 @@ fn main() {
     for component in &built {
         let path = component.path.to_string_lossy();
         // `{:?}` writes a Rust string literal, escapes included.
+        let _ = writeln!(
+            source,
+            "    ({:?}, include_bytes!({:?})),",
+            component.package, path
+        );
+    }
+    source.push_str("];\n");
+    source.push_str(
+        "/// Benchmark-only components: `(package, component)`.\n\
+         pub static BENCH_COMPONENTS: &[(&str, &[u8])] = &[\n",
+    );
+    for component in &bench {
+        let path = component.path.to_string_lossy();
         let _ = writeln!(
             source,
             "    ({:?}, include_bytes!({:?})),",

@@ -15,6 +15,7 @@ use gatehouse_build_support::{Built, build_components, build_components_in};
 const ATTESTORS: &[(&str, &str)] = &[
     ("JOIN_TOKEN", "gatehouse-attestor-join-token"),
     ("X509POP", "gatehouse-attestor-x509pop"),
+    ("TPM", "gatehouse-attestor-tpm"),
 ];
 
 /// The crate a fixture depends on to embed join-token's decision in a component of its own.

@@ -99,6 +99,39 @@ fn x509pop() {
     }
 }
 
+/// The tpm attestor is the one component that imports the `tpm` interface (the host links it
+/// natively) and `wasi:random` (the MakeCredential secret); nothing else beyond the others.
+#[test]
+fn tpm() {
+    let path = crate::TPM;
+    let surface = inspect(path);
+    assert_eq!(
+        surface.exports,
+        ["better-compute:attestor/verifier@0.1.0".to_owned()],
+        "{path}"
+    );
+    for import in &surface.imports {
+        let allowed = import.starts_with("wasi:io/")
+            || import.starts_with("wasi:cli/")
+            || import.starts_with("wasi:random/random@")
+            || [
+                "better-compute:attestor/transaction@0.1.0",
+                "better-compute:attestor/crypto@0.1.0",
+                "better-compute:attestor/types@0.1.0",
+                "better-compute:attestor/tpm@0.1.0",
+            ]
+            .contains(&import.as_str());
+        assert!(allowed, "{path} imports {import}");
+    }
+    for import in [
+        "better-compute:attestor/tpm@0.1.0",
+        "better-compute:attestor/crypto@0.1.0",
+        "better-compute:attestor/transaction@0.1.0",
+    ] {
+        assert!(surface.imports.contains(&import.to_owned()), "{import}");
+    }
+}
+
 macro_rules! fixture_is_a_component {
     ($fixture:ident) => {
         #[test]
