@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 const BUILTIN: &[&str] = &[
     "gatehouse-attestor-join-token",
     "gatehouse-attestor-x509pop",
+    "gatehouse-attestor-discovery",
 ];
 
 fn main() {

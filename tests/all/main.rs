@@ -9,6 +9,7 @@ mod approval;
 mod audit;
 mod challenge;
 mod common;
+mod discovery;
 mod join_token;
 mod nodes;
 mod pools;

@@ -36,6 +36,7 @@ mod migrate;
 mod nodes;
 mod reads;
 mod rows;
+mod site;
 mod tokens;
 mod tx;
 mod uses;
@@ -53,4 +54,5 @@ pub use rows::{
     LeaseRow, NewAudit, NewEvent, NewNode, NewNodeCert, NewToken, NodeCertRow, NodeRole, NodeRow,
     PoolRow, Revocation, TokenExpect, TokenRole, TokenRow, UnknownName, UseOutcome, WorkflowRow,
 };
+pub use site::LeaseOutcome;
 pub use tx::Tx;

@@ -27,7 +27,7 @@ fn lease(row: &AnyRow) -> Result<LeaseRow, StoreError> {
     })
 }
 
-fn inventory(row: &AnyRow) -> Result<InventoryRow, StoreError> {
+pub(super) fn inventory(row: &AnyRow) -> Result<InventoryRow, StoreError> {
     let f = Fields::new(row, "inventories");
     Ok(InventoryRow {
         id: f.text("id")?,

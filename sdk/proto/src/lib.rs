@@ -5,10 +5,13 @@
 //! through the pinned join signing key.
 
 pub mod b64;
+pub mod discovery;
 mod join;
+pub mod kinds;
 mod renew;
 #[cfg(feature = "seal")]
 mod seal;
+pub mod site;
 mod token;
 pub mod tpm;
 mod trust;
