@@ -223,7 +223,7 @@ async fn end_to_end(backend: Backend) {
     let ev = host.events().await;
     assert!(
         ev.iter()
-            .any(|e| e.kind == "node.joined" && e.node_id.as_deref() == Some(&joined.node_id))
+            .any(|e| e.kind == "node.joined" && e.node_id.as_deref() == Some(joined.node_id.as_str()))
     );
 
     // A reused assertion: the same one with a fresh token for the same MAC.

@@ -9,7 +9,7 @@
 //! order:
 //!
 //! 1. the token is a live discovery token with exactly one use left, and the machine asks to
-//!    join as `ramdisk` (join-token's `checked_single_use_token`);
+//!    join as `ramdisk` (join-token's single-use checks, [`checked_discovery_token`]);
 //! 2. the assertion parses (`bad-evidence`);
 //! 3. the token was issued for the assertion's site (`site-mismatch`) and, when it names a
 //!    MAC (`expect.mac`), for the asserted one (`mac-mismatch`);
@@ -46,13 +46,12 @@
 //! The crate is both the component the host loads and an `rlib`: [`Discovery`] runs natively
 //! through [`gatehouse_sdk::Attestor`] too.
 
-use gatehouse_attestor_join_token::checked_single_use_token;
 use gatehouse_proto::discovery::{DiscoveryAssertion, SignedDiscoveryAssertion, is_mac};
 use gatehouse_proto::kinds;
 use gatehouse_sdk::{
     Approval, AttestationResult, Attestor, Context, Deferral, Info, JoinRequest, JoinRequestRow,
     JoinRequestState, JoinRole, Node, NodeKeyAttestation, Outcome, Refusal, SignatureScheme,
-    Token, TokenRole, UseError, reason, refuse,
+    Token, TokenRole, UseError, constant_time_eq, reason, refuse,
 };
 
 /// The attestation is not a serialized assertion of `bettercompute.site.v1`, or is malformed
@@ -221,7 +220,7 @@ impl Discovery {
     /// One round.
     fn decide(&self, cx: &Context<'_>, request: &JoinRequest) -> Result<Outcome, Refusal> {
         // 1. The token, not spent yet.
-        let token = checked_single_use_token(cx, request, TokenRole::Discovery)?;
+        let token = checked_discovery_token(cx, request)?;
         let refusal = |code: &str| refuse(code).token(&token.id).tenant(&token.tenant_id);
 
         // 2. The assertion.
@@ -268,7 +267,7 @@ impl Discovery {
         }
 
         // 6. Its signature, by the key of one of its live certificates.
-        verify_signature(cx, &signer, &assertion, &signed).map_err(|code| refusal(code))?;
+        verify_signature(cx, &signer, &assertion, &signed).map_err(refusal)?;
 
         // 7. Freshness, by database time.
         let valid_until = assertion
@@ -353,6 +352,46 @@ impl Discovery {
             ..AttestationResult::default()
         }
         .into())
+    }
+}
+
+/// The request's token, locked and checked as a single-use machine credential exactly as
+/// join-token's `checked_single_use_token(cx, request, TokenRole::Discovery)` checks it: the
+/// secret in constant time, revocation, expiry by database time, a discovery token for a
+/// `ramdisk` join, and exactly one use left (`no-uses-left`, `not-single-use`). Not spent.
+///
+/// A copy rather than a dependency on join-token's rlib: the host builds every built-in
+/// attestor in one cargo invocation, where feature unification turns join-token's `component`
+/// feature on for the rlib too, and its verifier exports then collide with this component's at
+/// link time (duplicate `better-compute:attestor/verifier@0.1.0#…` symbols).
+fn checked_discovery_token(cx: &Context<'_>, request: &JoinRequest) -> Result<Token, Refusal> {
+    let opened = request
+        .token
+        .as_ref()
+        .ok_or_else(|| refuse(reason::NO_TOKEN))?;
+    let token = cx
+        .tx
+        .lock_token(&opened.id)
+        .map_err(|error| Refusal::from(error).token(&opened.id))?
+        .ok_or_else(|| refuse(reason::UNKNOWN_TOKEN).token(&opened.id))?;
+    let refusal = |code: &str| refuse(code).token(&token.id).tenant(&token.tenant_id);
+    let secret_sha256 = cx.crypto.sha256(&opened.secret);
+    if !constant_time_eq(&secret_sha256, &token.secret_sha256) {
+        return Err(refusal(reason::BAD_SECRET));
+    }
+    if token.revoked {
+        return Err(refusal(reason::REVOKED));
+    }
+    if cx.tx.now() >= token.expires_at {
+        return Err(refusal(reason::EXPIRED));
+    }
+    if token.role != TokenRole::Discovery || request.role != JoinRole::Ramdisk {
+        return Err(refusal(reason::WRONG_ROLE));
+    }
+    match token.uses_left {
+        0 => Err(refusal(reason::NO_USES_LEFT)),
+        1 => Ok(token),
+        _ => Err(refusal(reason::NOT_SINGLE_USE)),
     }
 }
 

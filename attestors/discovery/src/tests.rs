@@ -431,6 +431,22 @@ fn the_token_is_checked_first() {
     let mut r = good();
     r.token = None;
     assert_eq!(verify(&tx, &r), refuse(reason::NO_TOKEN).into());
+    let mut r = good();
+    r.token.as_mut().unwrap().secret = b"another secret".to_vec();
+    assert_eq!(verify(&tx, &r), refused(reason::BAD_SECRET));
+    r.token.as_mut().unwrap().id = "tok_other".into();
+    assert_eq!(
+        verify(&tx, &r),
+        refuse(reason::UNKNOWN_TOKEN).token("tok_other").into()
+    );
+    tx.token.borrow_mut().revoked = true;
+    assert_eq!(verify(&tx, &good()), refused(reason::REVOKED));
+    tx.token.borrow_mut().revoked = false;
+    tx.token.borrow_mut().expires_at = NOW;
+    assert_eq!(verify(&tx, &good()), refused(reason::EXPIRED));
+    tx.token.borrow_mut().expires_at = NOW + MIN;
+    tx.token.borrow_mut().uses_left = 0;
+    assert_eq!(verify(&tx, &good()), refused(reason::NO_USES_LEFT));
     tx.token.borrow_mut().uses_left = 2;
     assert_eq!(verify(&tx, &good()), refused(reason::NOT_SINGLE_USE));
     tx.token.borrow_mut().uses_left = 1;
@@ -447,7 +463,7 @@ fn the_token_is_checked_first() {
 fn each_check_refuses_with_its_reason() {
     // (what to change, the reason)
     type Edit = fn(&FakeTx, &mut DiscoveryAssertion, &mut JoinRequest);
-    let cases: Vec<(&str, Edit, &str)> = vec![
+    let cases: &[(&str, Edit, &str)] = &[
         ("garbage", |_, _, r| r.attestation = b"not an assertion".to_vec(), BAD_EVIDENCE),
         ("bad mac", |_, a, _| a.mac = "52-54-00-ab-cd-ef".into(), BAD_EVIDENCE),
         ("bad kid", |_, a, _| a.kid = "zz".repeat(32), BAD_EVIDENCE),
@@ -475,7 +491,10 @@ fn each_check_refuses_with_its_reason() {
         ("expired cert", |tx, _, _| tx.add_cert(&site_key(), |c| c.not_after = NOW), ASSERTION_SIGNATURE),
         ("old generation", |tx, _, _| tx.add_cert(&site_key(), |c| c.generation = 1), ASSERTION_SIGNATURE),
         ("cert of another role", |tx, _, _| tx.add_cert(&site_key(), |c| c.role = "node".into()), ASSERTION_SIGNATURE),
-        ("past notAfter", |tx, _, _| tx.now.set(NOW + 10 * MIN), ASSERTION_STALE),
+        ("past notAfter", |tx, _, _| {
+            tx.now.set(NOW + 10 * MIN);
+            tx.lease.borrow_mut().as_mut().unwrap().expires_at = NOW + 11 * MIN;
+        }, ASSERTION_STALE),
         ("older than maxAgeMs", |_, a, _| {
             a.issued_at = NOW - 15 * MIN;
             a.not_after = NOW + 10 * MIN;
@@ -488,7 +507,7 @@ fn each_check_refuses_with_its_reason() {
         ("no product uuid", |_, _, r| r.claims.product_uuid = None, reason::PRODUCT_UUID_MISMATCH),
         ("other product uuid", |_, _, r| r.claims.product_uuid = Some("00000000-0000-0000-0000-000000000000".into()), reason::PRODUCT_UUID_MISMATCH),
     ];
-    for (what, edit, code) in cases {
+    for &(what, edit, code) in cases {
         let tx = FakeTx::new();
         let mut a = assertion();
         let mut r = good();
