@@ -81,7 +81,11 @@ fn wall_ms() -> i64 {
 
 /// The ramdisk: reads the command line back and joins with attestor discovery as ramdisk,
 /// claiming `macs` and the product UUID.
-async fn ramdisk_join(host: &TestHost, cmdline: &str, macs: &[&str]) -> Result<(Joined, NodeKey), JoinError> {
+async fn ramdisk_join(
+    host: &TestHost,
+    cmdline: &str,
+    macs: &[&str],
+) -> Result<(Joined, NodeKey), JoinError> {
     let creds = read_cmdline(cmdline).unwrap();
     ramdisk_join_with(host, &creds.token, &creds.assertion, macs).await
 }
@@ -157,7 +161,10 @@ async fn end_to_end(backend: Backend) {
     let host = TestHost::start(backend).await;
     let (dir_a, id_a) = site_node(&host).await;
     let (dir_b, id_b) = site_node(&host).await;
-    let (a, b) = (site_client(&host, &dir_a, SITE), site_client(&host, &dir_b, SITE));
+    let (a, b) = (
+        site_client(&host, &dir_a, SITE),
+        site_client(&host, &dir_b, SITE),
+    );
     let ttl = Duration::from_secs(60);
 
     // Two site agents race for the boot lease: exactly one holds it, at epoch 1.
@@ -174,8 +181,14 @@ async fn end_to_end(backend: Backend) {
     // The holder renews at its epoch; the other can neither renew nor take it.
     let lease = holder.renew(1, ttl).await.unwrap();
     assert_eq!(lease.epoch, 1);
-    assert!(matches!(other.renew(1, ttl).await, Err(SiteError::Conflict(_))));
-    assert!(matches!(other.acquire(ttl).await, Err(SiteError::Conflict(_))));
+    assert!(matches!(
+        other.renew(1, ttl).await,
+        Err(SiteError::Conflict(_))
+    ));
+    assert!(matches!(
+        other.acquire(ttl).await,
+        Err(SiteError::Conflict(_))
+    ));
 
     // The holder renders one boot; the ramdisk reads it back from its command line and joins.
     let now = wall_ms();
@@ -183,8 +196,13 @@ async fn end_to_end(backend: Backend) {
         .render_boot(&lease, &entry("52:54:00:00:0a:01", now + 60 * MIN), now)
         .await
         .unwrap();
-    let cmdline = format!("BOOT_IMAGE=/vmlinuz initrd=ramdisk.img console=ttyS0 {rendered} quiet\n");
-    assert!(cmdline.len() < 2048, "fits a kernel command line: {}", cmdline.len());
+    let cmdline =
+        format!("BOOT_IMAGE=/vmlinuz initrd=ramdisk.img console=ttyS0 {rendered} quiet\n");
+    assert!(
+        cmdline.len() < 2048,
+        "fits a kernel command line: {}",
+        cmdline.len()
+    );
     let (joined, _) = ramdisk_join(&host, &cmdline, &["52:54:00:00:0a:02", "52:54:00:00:0a:01"])
         .await
         .unwrap();
@@ -212,7 +230,10 @@ async fn end_to_end(backend: Backend) {
     assert_eq!(
         uris,
         [
-            format!("spiffe://{}/node/{}", host.trust.trust_domain, joined.node_id),
+            format!(
+                "spiffe://{}/node/{}",
+                host.trust.trust_domain, joined.node_id
+            ),
             COMMISSIONING.to_owned()
         ]
     );
@@ -223,7 +244,8 @@ async fn end_to_end(backend: Backend) {
     let ev = host.events().await;
     assert!(
         ev.iter()
-            .any(|e| e.kind == "node.joined" && e.node_id.as_deref() == Some(joined.node_id.as_str()))
+            .any(|e| e.kind == "node.joined"
+                && e.node_id.as_deref() == Some(joined.node_id.as_str()))
     );
 
     // A reused assertion: the same one with a fresh token for the same MAC.
@@ -249,8 +271,13 @@ async fn end_to_end(backend: Backend) {
         .await
         .unwrap();
     refused(
-        ramdisk_join_with(&host, &TokenString::parse(&token.token).unwrap(), &stale_text, &[mac])
-            .await,
+        ramdisk_join_with(
+            &host,
+            &TokenString::parse(&token.token).unwrap(),
+            &stale_text,
+            &[mac],
+        )
+        .await,
     );
     assert_eq!(last_refusal(&host).await, "assertion-stale");
 
@@ -277,14 +304,22 @@ async fn end_to_end(backend: Backend) {
     refused(ramdisk_join(&host, &fenced, &["52:54:00:00:0d:01"]).await);
     assert_eq!(last_refusal(&host).await, "lease-epoch");
     // The old holder's renewal at epoch 1 is refused too.
-    assert!(matches!(holder.renew(1, ttl).await, Err(SiteError::Conflict(_))));
+    assert!(matches!(
+        holder.renew(1, ttl).await,
+        Err(SiteError::Conflict(_))
+    ));
     let now = wall_ms();
     let rendered = other
         .render_boot(&moved, &entry("52:54:00:00:0d:02", now + 60 * MIN), now)
         .await
         .unwrap();
-    let (joined, _) = ramdisk_join(&host, &rendered, &["52:54:00:00:0d:02"]).await.unwrap();
-    assert_eq!(certs(&host, &joined.node_id).await[0].role, NodeRole::Ramdisk);
+    let (joined, _) = ramdisk_join(&host, &rendered, &["52:54:00:00:0d:02"])
+        .await
+        .unwrap();
+    assert_eq!(
+        certs(&host, &joined.node_id).await[0].role,
+        NodeRole::Ramdisk
+    );
 
     // An assertion by a site node retired after it signed.
     let now = wall_ms();
@@ -330,7 +365,10 @@ async fn the_site_api_admits_only_live_site_nodes_for_their_own_site() {
         let l1 = mine.acquire(ttl).await.unwrap();
         assert_eq!(mine.acquire(ttl).await.unwrap().epoch, l1.epoch);
         mine.release(l1.epoch).await.unwrap();
-        assert!(matches!(mine.release(l1.epoch).await, Err(SiteError::Conflict(_))));
+        assert!(matches!(
+            mine.release(l1.epoch).await,
+            Err(SiteError::Conflict(_))
+        ));
         assert_eq!(mine.acquire(ttl).await.unwrap().epoch, l1.epoch + 1);
 
         // A node (not a site node) with a valid certificate.
@@ -350,7 +388,10 @@ async fn the_site_api_admits_only_live_site_nodes_for_their_own_site() {
         .unwrap();
         write_identity(node_dir.path(), &key, &joined).unwrap();
         let not_site = site_client(&host, &node_dir, SITE);
-        assert!(matches!(not_site.acquire(ttl).await, Err(SiteError::Denied)));
+        assert!(matches!(
+            not_site.acquire(ttl).await,
+            Err(SiteError::Denied)
+        ));
         assert!(matches!(
             not_site
                 .discovery_token(&entry("52:54:00:00:0f:01", wall_ms() + MIN))
@@ -365,7 +406,10 @@ async fn the_site_api_admits_only_live_site_nodes_for_their_own_site() {
             .filter(|e| e.kind == "security.site.refused")
             .filter_map(|e| e.reason)
             .collect();
-        assert_eq!(reasons, ["foreign-lease", "not-a-site-node", "not-a-site-node"]);
+        assert_eq!(
+            reasons,
+            ["foreign-lease", "not-a-site-node", "not-a-site-node"]
+        );
 
         // The token a site node mints: single use, discovery, its site, bound to the MAC.
         let minted = mine

@@ -50,8 +50,8 @@ use gatehouse_proto::discovery::{DiscoveryAssertion, SignedDiscoveryAssertion, i
 use gatehouse_proto::kinds;
 use gatehouse_sdk::{
     Approval, AttestationResult, Attestor, Context, Deferral, Info, JoinRequest, JoinRequestRow,
-    JoinRequestState, JoinRole, Node, NodeKeyAttestation, Outcome, Refusal, SignatureScheme,
-    Token, TokenRole, UseError, constant_time_eq, reason, refuse,
+    JoinRequestState, JoinRole, Node, NodeKeyAttestation, Outcome, Refusal, SignatureScheme, Token,
+    TokenRole, UseError, constant_time_eq, reason, refuse,
 };
 
 /// The attestation is not a serialized assertion of `bettercompute.site.v1`, or is malformed
@@ -224,7 +224,8 @@ impl Discovery {
         let refusal = |code: &str| refuse(code).token(&token.id).tenant(&token.tenant_id);
 
         // 2. The assertion.
-        let (signed, assertion) = parse(&request.attestation).ok_or_else(|| refusal(BAD_EVIDENCE))?;
+        let (signed, assertion) =
+            parse(&request.attestation).ok_or_else(|| refusal(BAD_EVIDENCE))?;
 
         // 3. The token is for this site and this MAC.
         if token.site_id.as_deref() != Some(assertion.site_id.as_str()) {

@@ -464,48 +464,148 @@ fn each_check_refuses_with_its_reason() {
     // (what to change, the reason)
     type Edit = fn(&FakeTx, &mut DiscoveryAssertion, &mut JoinRequest);
     let cases: &[(&str, Edit, &str)] = &[
-        ("garbage", |_, _, r| r.attestation = b"not an assertion".to_vec(), BAD_EVIDENCE),
-        ("bad mac", |_, a, _| a.mac = "52-54-00-ab-cd-ef".into(), BAD_EVIDENCE),
+        (
+            "garbage",
+            |_, _, r| r.attestation = b"not an assertion".to_vec(),
+            BAD_EVIDENCE,
+        ),
+        (
+            "bad mac",
+            |_, a, _| a.mac = "52-54-00-ab-cd-ef".into(),
+            BAD_EVIDENCE,
+        ),
         ("bad kid", |_, a, _| a.kid = "zz".repeat(32), BAD_EVIDENCE),
-        ("empty validity", |_, a, _| a.not_after = a.issued_at, BAD_EVIDENCE),
-        ("other site", |_, a, _| a.site_id = "ams1".into(), SITE_MISMATCH),
-        ("token for another site", |tx, _, _| tx.token.borrow_mut().site_id = None, SITE_MISMATCH),
-        ("token for another mac", |tx, _, _| {
-            tx.token.borrow_mut().expect.mac = Some("52:54:00:00:00:09".into());
-        }, MAC_MISMATCH),
-        ("unknown signer", |_, a, _| a.node_id = "node_x".into(), UNKNOWN_SIGNER),
-        ("signer not a site node", |tx, _, _| tx.edit_signer(|n| n.role = JoinRole::Node), SIGNER_NOT_SITE),
-        ("signer of another site", |tx, _, _| tx.edit_signer(|n| n.site_id = Some("ams1".into())), SIGNER_NOT_SITE),
-        ("signer retired", |tx, _, _| tx.edit_signer(|n| n.retired = true), SIGNER_RETIRED),
+        (
+            "empty validity",
+            |_, a, _| a.not_after = a.issued_at,
+            BAD_EVIDENCE,
+        ),
+        (
+            "other site",
+            |_, a, _| a.site_id = "ams1".into(),
+            SITE_MISMATCH,
+        ),
+        (
+            "token for another site",
+            |tx, _, _| tx.token.borrow_mut().site_id = None,
+            SITE_MISMATCH,
+        ),
+        (
+            "token for another mac",
+            |tx, _, _| {
+                tx.token.borrow_mut().expect.mac = Some("52:54:00:00:00:09".into());
+            },
+            MAC_MISMATCH,
+        ),
+        (
+            "unknown signer",
+            |_, a, _| a.node_id = "node_x".into(),
+            UNKNOWN_SIGNER,
+        ),
+        (
+            "signer not a site node",
+            |tx, _, _| tx.edit_signer(|n| n.role = JoinRole::Node),
+            SIGNER_NOT_SITE,
+        ),
+        (
+            "signer of another site",
+            |tx, _, _| tx.edit_signer(|n| n.site_id = Some("ams1".into())),
+            SIGNER_NOT_SITE,
+        ),
+        (
+            "signer retired",
+            |tx, _, _| tx.edit_signer(|n| n.retired = true),
+            SIGNER_RETIRED,
+        ),
         ("old epoch", |_, a, _| a.lease_epoch = 3, LEASE_EPOCH),
-        ("lease moved", |tx, _, _| {
-            let mut lease = tx.lease.borrow_mut();
-            let l = lease.as_mut().unwrap();
-            l.holder = "node_other".into();
-            l.epoch = 5;
-        }, LEASE_EPOCH),
-        ("no lease", |tx, _, _| *tx.lease.borrow_mut() = None, LEASE_EPOCH),
-        ("lease lapsed", |tx, _, _| tx.lease.borrow_mut().as_mut().unwrap().expires_at = NOW, LEASE_EXPIRED),
-        ("unknown key", |_, a, _| a.kid = kid(&other_key()), ASSERTION_SIGNATURE),
-        ("revoked cert", |tx, _, _| tx.add_cert(&site_key(), |c| c.revoked = Some(gatehouse_sdk::Revocation::Operator)), ASSERTION_SIGNATURE),
-        ("expired cert", |tx, _, _| tx.add_cert(&site_key(), |c| c.not_after = NOW), ASSERTION_SIGNATURE),
-        ("old generation", |tx, _, _| tx.add_cert(&site_key(), |c| c.generation = 1), ASSERTION_SIGNATURE),
-        ("cert of another role", |tx, _, _| tx.add_cert(&site_key(), |c| c.role = "node".into()), ASSERTION_SIGNATURE),
-        ("past notAfter", |tx, _, _| {
-            tx.now.set(NOW + 10 * MIN);
-            tx.lease.borrow_mut().as_mut().unwrap().expires_at = NOW + 11 * MIN;
-        }, ASSERTION_STALE),
-        ("older than maxAgeMs", |_, a, _| {
-            a.issued_at = NOW - 15 * MIN;
-            a.not_after = NOW + 10 * MIN;
-        }, ASSERTION_STALE),
-        ("issued in the future", |_, a, _| {
-            a.issued_at = NOW + 2 * MIN;
-            a.not_after = NOW + 10 * MIN;
-        }, CLOCK_SKEW),
-        ("mac not claimed", |_, _, r| r.claims.macs = vec!["52:54:00:00:00:01".into()], MAC_NOT_CLAIMED),
-        ("no product uuid", |_, _, r| r.claims.product_uuid = None, reason::PRODUCT_UUID_MISMATCH),
-        ("other product uuid", |_, _, r| r.claims.product_uuid = Some("00000000-0000-0000-0000-000000000000".into()), reason::PRODUCT_UUID_MISMATCH),
+        (
+            "lease moved",
+            |tx, _, _| {
+                let mut lease = tx.lease.borrow_mut();
+                let l = lease.as_mut().unwrap();
+                l.holder = "node_other".into();
+                l.epoch = 5;
+            },
+            LEASE_EPOCH,
+        ),
+        (
+            "no lease",
+            |tx, _, _| *tx.lease.borrow_mut() = None,
+            LEASE_EPOCH,
+        ),
+        (
+            "lease lapsed",
+            |tx, _, _| tx.lease.borrow_mut().as_mut().unwrap().expires_at = NOW,
+            LEASE_EXPIRED,
+        ),
+        (
+            "unknown key",
+            |_, a, _| a.kid = kid(&other_key()),
+            ASSERTION_SIGNATURE,
+        ),
+        (
+            "revoked cert",
+            |tx, _, _| {
+                tx.add_cert(&site_key(), |c| {
+                    c.revoked = Some(gatehouse_sdk::Revocation::Operator)
+                })
+            },
+            ASSERTION_SIGNATURE,
+        ),
+        (
+            "expired cert",
+            |tx, _, _| tx.add_cert(&site_key(), |c| c.not_after = NOW),
+            ASSERTION_SIGNATURE,
+        ),
+        (
+            "old generation",
+            |tx, _, _| tx.add_cert(&site_key(), |c| c.generation = 1),
+            ASSERTION_SIGNATURE,
+        ),
+        (
+            "cert of another role",
+            |tx, _, _| tx.add_cert(&site_key(), |c| c.role = "node".into()),
+            ASSERTION_SIGNATURE,
+        ),
+        (
+            "past notAfter",
+            |tx, _, _| {
+                tx.now.set(NOW + 10 * MIN);
+                tx.lease.borrow_mut().as_mut().unwrap().expires_at = NOW + 11 * MIN;
+            },
+            ASSERTION_STALE,
+        ),
+        (
+            "older than maxAgeMs",
+            |_, a, _| {
+                a.issued_at = NOW - 15 * MIN;
+                a.not_after = NOW + 10 * MIN;
+            },
+            ASSERTION_STALE,
+        ),
+        (
+            "issued in the future",
+            |_, a, _| {
+                a.issued_at = NOW + 2 * MIN;
+                a.not_after = NOW + 10 * MIN;
+            },
+            CLOCK_SKEW,
+        ),
+        (
+            "mac not claimed",
+            |_, _, r| r.claims.macs = vec!["52:54:00:00:00:01".into()],
+            MAC_NOT_CLAIMED,
+        ),
+        (
+            "no product uuid",
+            |_, _, r| r.claims.product_uuid = None,
+            reason::PRODUCT_UUID_MISMATCH,
+        ),
+        (
+            "other product uuid",
+            |_, _, r| r.claims.product_uuid = Some("00000000-0000-0000-0000-000000000000".into()),
+            reason::PRODUCT_UUID_MISMATCH,
+        ),
     ];
     for &(what, edit, code) in cases {
         let tx = FakeTx::new();
@@ -516,7 +616,10 @@ fn each_check_refuses_with_its_reason() {
             r.attestation = signed_by(&site_key(), &a);
         }
         assert_eq!(verify(&tx, &r), refused(code), "{what}");
-        assert!(tx.uses.borrow().is_empty(), "{what}: a refusal recorded a use");
+        assert!(
+            tx.uses.borrow().is_empty(),
+            "{what}: a refusal recorded a use"
+        );
         assert_eq!(tx.consumed.get(), 0, "{what}: a refusal spent the token");
     }
 }

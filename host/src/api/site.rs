@@ -15,9 +15,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::{Extension, extract::rejection::JsonRejection};
 use gatehouse_proto::discovery::is_mac;
-use gatehouse_proto::site::{
-    DiscoveryToken, DiscoveryTokenRequest, LeaseRequest, LeaseState,
-};
+use gatehouse_proto::site::{DiscoveryToken, DiscoveryTokenRequest, LeaseRequest, LeaseState};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -25,7 +23,9 @@ use super::admin::is_id;
 use super::error::ApiError;
 use super::{AppState, Peer};
 use crate::join::renew::{self, RenewRefusal};
-use crate::store::{LeaseOutcome, LeaseRow, NewEvent, NewToken, NodeRole, NodeRow, TokenExpect, TokenRole, Tx};
+use crate::store::{
+    LeaseOutcome, LeaseRow, NewEvent, NewToken, NodeRole, NodeRow, TokenExpect, TokenRole, Tx,
+};
 
 /// Shortest and longest lease, seconds. A boot lease is renewed every few seconds; its TTL is
 /// how long a boot server that stopped renewing still vouches.
@@ -63,7 +63,10 @@ struct SiteNode {
 }
 
 /// Authenticates the connection's leaf as a live site node in `tx`.
-async fn site_node(tx: &mut Tx, peer: &Peer) -> Result<Result<SiteNode, (SiteRefusal, Option<NodeRow>)>, ApiError> {
+async fn site_node(
+    tx: &mut Tx,
+    peer: &Peer,
+) -> Result<Result<SiteNode, (SiteRefusal, Option<NodeRow>)>, ApiError> {
     let Some(leaf) = peer.client_cert.as_deref() else {
         return Ok(Err((SiteRefusal::NoClientCertificate, None)));
     };
@@ -82,7 +85,10 @@ async fn site_node(tx: &mut Tx, peer: &Peer) -> Result<Result<SiteNode, (SiteRef
         Err(r) => return Ok(Err((SiteRefusal::Certificate(r), node))),
     }
     let Some(node) = node else {
-        return Ok(Err((SiteRefusal::Certificate(RenewRefusal::UnknownNode), None)));
+        return Ok(Err((
+            SiteRefusal::Certificate(RenewRefusal::UnknownNode),
+            None,
+        )));
     };
     match (&node.role, node.site_id.clone()) {
         (NodeRole::Site, Some(site_id)) => Ok(Ok(SiteNode { node, site_id })),
@@ -218,7 +224,14 @@ async fn lease(
     };
     if name != format!("site:{}:boot", site.site_id) {
         drop(tx);
-        return Err(refuse(&state, what, SiteRefusal::ForeignLease, Some(&site.node), &peer).await);
+        return Err(refuse(
+            &state,
+            what,
+            SiteRefusal::ForeignLease,
+            Some(&site.node),
+            &peer,
+        )
+        .await);
     }
     let now = tx.now().await?;
     let holder = site.node.id.as_str();

@@ -147,9 +147,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         }
         if spki_sha256.len() != 32 {
             check_rep(&tx)?;
-            return Ok(Err(TxError::Invalid(
-                "spki-sha256 must be 32 bytes".into(),
-            )));
+            return Ok(Err(TxError::Invalid("spki-sha256 must be 32 bytes".into())));
         }
         Ok(timed!(
             self,

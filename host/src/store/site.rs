@@ -181,7 +181,10 @@ mod tests {
             let mut tx = t.db.begin().await.unwrap();
             // Free: the first holder gets epoch 1.
             let a = held(tx.acquire_lease(NAME, "node_a", 1_000, 0).await.unwrap());
-            assert_eq!((a.holder.as_str(), a.epoch, a.expires_at), ("node_a", 1, 1_000));
+            assert_eq!(
+                (a.holder.as_str(), a.epoch, a.expires_at),
+                ("node_a", 1, 1_000)
+            );
             // The holder acquiring again keeps its epoch and extends.
             let a = held(tx.acquire_lease(NAME, "node_a", 1_500, 500).await.unwrap());
             assert_eq!((a.epoch, a.expires_at), (1, 1_500));
@@ -203,10 +206,16 @@ mod tests {
             ));
             // Lapsed: the holder cannot renew, another node takes it under epoch 2.
             assert!(matches!(
-                tx.renew_lease(NAME, "node_a", 1, 3_000, 2_000).await.unwrap(),
+                tx.renew_lease(NAME, "node_a", 1, 3_000, 2_000)
+                    .await
+                    .unwrap(),
                 LeaseOutcome::Lost(Some(_))
             ));
-            let b = held(tx.acquire_lease(NAME, "node_b", 3_000, 2_000).await.unwrap());
+            let b = held(
+                tx.acquire_lease(NAME, "node_b", 3_000, 2_000)
+                    .await
+                    .unwrap(),
+            );
             assert_eq!((b.holder.as_str(), b.epoch), ("node_b", 2));
             // The old holder's release changes nothing; the holder's ends the lease now.
             assert!(matches!(
@@ -216,13 +225,25 @@ mod tests {
             let b = held(tx.release_lease(NAME, "node_b", 2, 2_100).await.unwrap());
             assert_eq!(b.expires_at, 2_100);
             // Released: taken at once, and even the same node gets a new epoch.
-            let b = held(tx.acquire_lease(NAME, "node_b", 4_000, 2_100).await.unwrap());
+            let b = held(
+                tx.acquire_lease(NAME, "node_b", 4_000, 2_100)
+                    .await
+                    .unwrap(),
+            );
             assert_eq!(b.epoch, 3);
-            let a = held(tx.acquire_lease(NAME, "node_a", 9_000, 4_000).await.unwrap());
+            let a = held(
+                tx.acquire_lease(NAME, "node_a", 9_000, 4_000)
+                    .await
+                    .unwrap(),
+            );
             assert_eq!(a.epoch, 4);
             assert_eq!(tx.lease(NAME).await.unwrap(), Some(a));
             // Another lease is independent.
-            let other = held(tx.acquire_lease("site:ams1:boot", "node_b", 9, 0).await.unwrap());
+            let other = held(
+                tx.acquire_lease("site:ams1:boot", "node_b", 9, 0)
+                    .await
+                    .unwrap(),
+            );
             assert_eq!(other.epoch, 1);
             tx.commit().await.unwrap();
         }
@@ -287,7 +308,10 @@ mod tests {
                 (
                     "inv_2",
                     2,
-                    vec!["52:54:00:00:00:02".to_owned(), "52:54:00:00:00:01".to_owned()],
+                    vec![
+                        "52:54:00:00:00:02".to_owned(),
+                        "52:54:00:00:00:01".to_owned(),
+                    ],
                 ),
             ] {
                 tx.insert_inventory(&InventoryRow {
@@ -302,8 +326,14 @@ mod tests {
             }
             let found = tx.inventory_by_mac("52:54:00:00:00:01").await.unwrap();
             assert_eq!(found.map(|i| i.id), Some("inv_2".to_owned()));
-            assert_eq!(tx.inventory_by_mac("52:54:00:00:00:03").await.unwrap(), None);
-            assert_eq!(tx.inventory_by_mac("52:54:00:00:00:0_").await.unwrap(), None);
+            assert_eq!(
+                tx.inventory_by_mac("52:54:00:00:00:03").await.unwrap(),
+                None
+            );
+            assert_eq!(
+                tx.inventory_by_mac("52:54:00:00:00:0_").await.unwrap(),
+                None
+            );
             assert_eq!(tx.inventory_by_mac("%").await.unwrap(), None);
             tx.commit().await.unwrap();
         }

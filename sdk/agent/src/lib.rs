@@ -46,8 +46,6 @@ pub use ramdisk::{
 };
 pub use renew::{RenewClient, RenewError};
 pub use reset::{IDENTITY_FILES, ResetMove, apply_reset, plan_reset, utc_stamp};
-pub use site::{
-    BootEntry, SiteClient, SiteError, SiteLoop, boot_lease_name, cmdline_file_name,
-};
+pub use site::{BootEntry, SiteClient, SiteError, SiteLoop, boot_lease_name, cmdline_file_name};
 pub use verify::{ResponseError, Verified, verify_response};
 pub use x509pop::{X509POP, X509popProducer};

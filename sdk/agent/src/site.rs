@@ -13,9 +13,7 @@ use gatehouse_proto::discovery::{
     DISCOVERY_SCHEMA, DiscoveryAssertion, MAX_ASSERTION_AGE_MS, SignedDiscoveryAssertion,
     render_cmdline,
 };
-use gatehouse_proto::site::{
-    DiscoveryToken, DiscoveryTokenRequest, LeaseRequest, LeaseState,
-};
+use gatehouse_proto::site::{DiscoveryToken, DiscoveryTokenRequest, LeaseRequest, LeaseState};
 use gatehouse_proto::{ACCESS_DENIED, ApiError, JoinTrust};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde::{Deserialize, Serialize};
@@ -180,7 +178,10 @@ impl SiteClient {
         now_ms: i64,
     ) -> Result<SignedDiscoveryAssertion, SiteError> {
         if !gatehouse_proto::discovery::is_mac(&entry.mac) {
-            return Err(SiteError::Entry(format!("{} is not a lowercase MAC", entry.mac)));
+            return Err(SiteError::Entry(format!(
+                "{} is not a lowercase MAC",
+                entry.mac
+            )));
         }
         let not_after = entry
             .not_after
@@ -204,7 +205,9 @@ impl SiteClient {
             issued_at: now_ms,
             not_after,
         };
-        Ok(SignedDiscoveryAssertion::sign(&assertion, |m| self.key.sign(m))?)
+        Ok(SignedDiscoveryAssertion::sign(&assertion, |m| {
+            self.key.sign(m)
+        })?)
     }
 
     /// Renders one iPXE boot: signs its assertion, fetches its token, and returns the kernel
@@ -312,7 +315,9 @@ impl SiteLoop {
         if let Some(lease) = held {
             let client = self.client()?;
             match client.release(lease.epoch).await {
-                Ok(_) => tracing::info!(lease = %lease.name, epoch = lease.epoch, "released the boot lease"),
+                Ok(_) => {
+                    tracing::info!(lease = %lease.name, epoch = lease.epoch, "released the boot lease")
+                }
                 Err(e) => tracing::warn!(error = %e, "could not release the boot lease"),
             }
         }
@@ -366,7 +371,9 @@ impl SiteLoop {
                         .map_err(|e| SiteError::Entry(format!("{}: {e}", path.display())))?;
                     tracing::info!(mac = %entry.mac, file = %path.display(), "rendered a boot");
                 }
-                Err(SiteError::Entry(why)) => tracing::warn!(mac = %entry.mac, %why, "boot entry skipped"),
+                Err(SiteError::Entry(why)) => {
+                    tracing::warn!(mac = %entry.mac, %why, "boot entry skipped")
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -416,7 +423,10 @@ mod tests {
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[0].workflow_id.as_deref(), Some("wf_1"));
         assert!(serde_json::from_str::<BootEntry>(r#"{"mac":"x","notAfter":1,"y":2}"#).is_err());
-        assert_eq!(cmdline_file_name("52:54:00:ab:cd:ef"), "52-54-00-ab-cd-ef.cmdline");
+        assert_eq!(
+            cmdline_file_name("52:54:00:ab:cd:ef"),
+            "52-54-00-ab-cd-ef.cmdline"
+        );
         assert_eq!(boot_lease_name("fra1"), "site:fra1:boot");
     }
 }

@@ -87,14 +87,18 @@ pub trait Tx {
         spki_sha256: &[u8],
     ) -> Result<Option<NodeCert>, TxError> {
         let _ = (node_id, spki_sha256);
-        Err(TxError::Invalid("node-cert-for-key is not implemented".into()))
+        Err(TxError::Invalid(
+            "node-cert-for-key is not implemented".into(),
+        ))
     }
     /// The newest inventory of any node that reports `mac`.
     ///
     /// Defaults to [`TxError::Invalid`], like [`Tx::node_cert_for_key`].
     fn inventory_by_mac(&self, mac: &str) -> Result<Option<Inventory>, TxError> {
         let _ = mac;
-        Err(TxError::Invalid("inventory-by-mac is not implemented".into()))
+        Err(TxError::Invalid(
+            "inventory-by-mac is not implemented".into(),
+        ))
     }
 }
 

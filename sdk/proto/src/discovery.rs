@@ -243,13 +243,16 @@ mod tests {
             // "gatehouse/discovery-assertion/v1\0"
             "67617465686f7573652f646973636f766572792d617373657274696f6e2f763100"
         );
-        assert_eq!(&signed.signature[DISCOVERY_CONTEXT.len()..], text.as_bytes());
+        assert_eq!(
+            &signed.signature[DISCOVERY_CONTEXT.len()..],
+            text.as_bytes()
+        );
     }
 
     #[test]
     fn round_trips_through_text_and_the_command_line() {
-        let signed = SignedDiscoveryAssertion::sign(&sample(), |_| Ok::<_, ()>(vec![9; 64]))
-            .unwrap();
+        let signed =
+            SignedDiscoveryAssertion::sign(&sample(), |_| Ok::<_, ()>(vec![9; 64])).unwrap();
         let text = signed.to_text();
         assert!(!text.contains(['=', ' ', '"', '+', '/']));
         let back = SignedDiscoveryAssertion::parse(&text).unwrap();
@@ -295,7 +298,13 @@ mod tests {
     #[test]
     fn macs() {
         assert!(is_mac("52:54:00:ab:cd:ef"));
-        for bad in ["52:54:00:AB:CD:EF", "52:54:00:ab:cd", "52-54-00-ab-cd-ef", "", "zz:54:00:ab:cd:ef"] {
+        for bad in [
+            "52:54:00:AB:CD:EF",
+            "52:54:00:ab:cd",
+            "52-54-00-ab-cd-ef",
+            "",
+            "zz:54:00:ab:cd:ef",
+        ] {
             assert!(!is_mac(bad), "{bad}");
         }
     }

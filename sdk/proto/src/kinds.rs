@@ -40,8 +40,7 @@ pub const COMMISSIONING_KINDS: [&str; 6] = [
 
 fn is_word(w: &str) -> bool {
     !w.is_empty()
-        && w
-            .bytes()
+        && w.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
@@ -122,7 +121,15 @@ mod tests {
         for yes in ["disk.wipe", "deploy.image", "diag.cpu.stress", "boot.kexec"] {
             assert!(allows(&kinds, yes), "{yes}");
         }
-        for no in ["disk.format", "deploy", "diagx.cpu", "node.exec", "deploy.*", "", "Disk.wipe"] {
+        for no in [
+            "disk.format",
+            "deploy",
+            "diagx.cpu",
+            "node.exec",
+            "deploy.*",
+            "",
+            "Disk.wipe",
+        ] {
             assert!(!allows(&kinds, no), "{no}");
         }
     }
@@ -136,7 +143,11 @@ mod tests {
         assert!(!is_pattern_list(&owned(&["a.*.b"])));
         assert!(!is_pattern_list(&owned(&["a,b"])));
         assert!(!is_pattern_list(&vec!["a".repeat(65)]));
-        assert!(!is_pattern_list(&(0..20).map(|i| format!("{i}{}", "a".repeat(40))).collect::<Vec<_>>()));
+        assert!(!is_pattern_list(
+            &(0..20)
+                .map(|i| format!("{i}{}", "a".repeat(40)))
+                .collect::<Vec<_>>()
+        ));
         assert!(is_pattern_list(&owned(&["a.*", "b-c.d"])));
     }
 }
