@@ -13,6 +13,7 @@ const BUILTIN: &[&str] = &[
     "gatehouse-attestor-x509pop",
     "gatehouse-attestor-cloud-iid",
     "gatehouse-attestor-tpm",
+    "gatehouse-attestor-discovery",
 ];
 
 /// Built-in attestors that embed join-token's token checks (its crate without the `component`

@@ -10,6 +10,7 @@ mod audit;
 mod challenge;
 mod cloud_iid;
 mod common;
+mod discovery;
 mod join_token;
 mod nodes;
 mod pools;

@@ -16,6 +16,10 @@ pub enum ApiError {
     /// A renewal was refused; the reason is in the event and audit only.
     #[error("renew refused")]
     RenewDenied,
+    /// A site node's request (leases, discovery tokens) was refused; the reason is in the
+    /// `security.site.refused` event only.
+    #[error("site request refused")]
+    SiteDenied,
     /// The request is malformed.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -46,6 +50,11 @@ impl ApiError {
                 StatusCode::FORBIDDEN,
                 gatehouse_proto::ACCESS_DENIED,
                 "Renew refused".into(),
+            ),
+            ApiError::SiteDenied => (
+                StatusCode::FORBIDDEN,
+                gatehouse_proto::ACCESS_DENIED,
+                "Site request refused".into(),
             ),
             ApiError::InvalidInput(m) => (StatusCode::BAD_REQUEST, "INVALID_INPUT", m.clone()),
             ApiError::Unauthenticated => (

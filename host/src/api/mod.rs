@@ -1,4 +1,4 @@
-//! The HTTPS API: `POST /v1/join`, `POST /v1/renew` (mTLS) and the admin routes, served by
+//! The HTTPS API: `POST /v1/join`, `POST /v1/renew` and the site routes (mTLS), and the admin routes, served by
 //! axum over rustls.
 
 mod admin;
@@ -9,6 +9,7 @@ mod mtls;
 mod pools;
 mod provisioning;
 mod renew;
+mod site;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -61,6 +62,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/join", post(join::join))
         .route("/v1/renew", post(renew::renew))
+        .route("/v1/leases/{name}/acquire", post(site::acquire))
+        .route("/v1/leases/{name}/renew", post(site::renew_lease))
+        .route("/v1/leases/{name}/release", post(site::release))
+        .route("/v1/site/discovery-tokens", post(site::discovery_token))
         .route(
             "/v1/admin/tokens",
             post(admin::create_token).get(admin::list_tokens),

@@ -57,6 +57,17 @@ pub trait TxBackend: Send + 'static {
         &mut self,
         der: &[u8],
     ) -> impl Future<Output = Result<Option<NodeCert>, BackendError>> + Send;
+    /// The newest live certificate of a node for the key with this SPKI hash.
+    fn node_cert_for_key(
+        &mut self,
+        node_id: &str,
+        spki_sha256: &[u8],
+    ) -> impl Future<Output = Result<Option<NodeCert>, BackendError>> + Send;
+    /// The newest inventory of any node that reports a MAC.
+    fn inventory_by_mac(
+        &mut self,
+        mac: &str,
+    ) -> impl Future<Output = Result<Option<Inventory>, BackendError>> + Send;
     /// The node a hardware identity is bound to.
     fn bound_node(
         &mut self,

@@ -2,6 +2,8 @@
 //! into the WIT records the guest sees, and logs storage failures with their detail (the guest
 //! only learns `tx-error.storage`).
 
+use sha2::Digest as _;
+
 use super::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
 use crate::runtime::bindings::transaction::{
     Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Revocation, Token,
@@ -61,6 +63,24 @@ fn revocation(r: store::Revocation) -> Revocation {
     }
 }
 
+/// A `node_certs` row as the guest sees it, with the key its DER carries.
+fn node_cert(c: store::NodeCertRow) -> Result<NodeCert, BackendError> {
+    // The row's DER is the host's own issuance; a failure to parse it is corruption.
+    let spki = crate::pki::identity::cert_spki(&c.der)
+        .map_err(|e| BackendError(format!("node_certs {}: {e}", c.serial)))?;
+    Ok(NodeCert {
+        node_id: c.node_id,
+        serial: c.serial,
+        generation: c.generation,
+        not_before: c.not_before,
+        not_after: c.not_after,
+        revoked: c.revoked.map(revocation),
+        role: c.role.as_str().to_owned(),
+        spki,
+        statements: c.statements,
+    })
+}
+
 pub(crate) fn node(n: store::NodeRow) -> Node {
     Node {
         id: n.id,
@@ -115,20 +135,38 @@ impl TxBackend for Tx {
         let Some(c) = Tx::node_cert_by_der(self, der).await.map_err(fail)? else {
             return Ok(None);
         };
-        // The row's DER is the host's own issuance; a failure to parse it is corruption.
-        let spki = crate::pki::identity::cert_spki(&c.der)
-            .map_err(|e| BackendError(format!("node_certs {}: {e}", c.serial)))?;
-        Ok(Some(NodeCert {
-            node_id: c.node_id,
-            serial: c.serial,
-            generation: c.generation,
-            not_before: c.not_before,
-            not_after: c.not_after,
-            revoked: c.revoked.map(revocation),
-            role: c.role.as_str().to_owned(),
-            spki,
-            statements: c.statements,
-        }))
+        node_cert(c).map(Some)
+    }
+
+    async fn node_cert_for_key(
+        &mut self,
+        node_id: &str,
+        spki_sha256: &[u8],
+    ) -> Result<Option<NodeCert>, BackendError> {
+        let now = Tx::now(self).await.map_err(fail)?;
+        let live = Tx::live_node_certs(self, node_id, now)
+            .await
+            .map_err(fail)?;
+        for c in live {
+            let cert = node_cert(c)?;
+            let digest: [u8; 32] = sha2::Sha256::digest(&cert.spki).into();
+            if digest[..] == *spki_sha256 {
+                return Ok(Some(cert));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn inventory_by_mac(&mut self, mac: &str) -> Result<Option<Inventory>, BackendError> {
+        Ok(Tx::inventory_by_mac(self, mac)
+            .await
+            .map_err(fail)?
+            .map(|i| Inventory {
+                node_id: i.node_id,
+                product_uuid: i.product_uuid,
+                macs: i.macs,
+                recorded_at: i.recorded_at,
+            }))
     }
 
     async fn bound_node(

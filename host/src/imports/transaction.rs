@@ -136,6 +136,43 @@ impl<B: TxBackend> HostTx for CallState<B> {
         ))
     }
 
+    async fn node_cert_for_key(
+        &mut self,
+        tx: Resource<Tx>,
+        node_id: String,
+        spki_sha256: Vec<u8>,
+    ) -> wasmtime::Result<Result<Option<NodeCert>, TxError>> {
+        if let Err(e) = check_len("node id", node_id.len(), MAX_NAME) {
+            return Ok(Err(e));
+        }
+        if spki_sha256.len() != 32 {
+            check_rep(&tx)?;
+            return Ok(Err(TxError::Invalid("spki-sha256 must be 32 bytes".into())));
+        }
+        Ok(timed!(
+            self,
+            tx,
+            |s| s.backend.node_cert_for_key(&node_id, &spki_sha256),
+            TxError::Storage
+        ))
+    }
+
+    async fn inventory_by_mac(
+        &mut self,
+        tx: Resource<Tx>,
+        mac: String,
+    ) -> wasmtime::Result<Result<Option<Inventory>, TxError>> {
+        if let Err(e) = check_len("mac", mac.len(), MAX_NAME) {
+            return Ok(Err(e));
+        }
+        Ok(timed!(
+            self,
+            tx,
+            |s| s.backend.inventory_by_mac(&mac),
+            TxError::Storage
+        ))
+    }
+
     async fn bound_node(
         &mut self,
         tx: Resource<Tx>,

@@ -10,7 +10,7 @@
 mod key_attestation;
 pub mod policy;
 mod record;
-mod renew;
+pub(crate) mod renew;
 pub mod sink;
 
 use std::sync::Arc;
@@ -410,6 +410,12 @@ impl JoinService {
             request.role,
             existing_role.filter(|_| placement.node_id.is_some()),
         );
+        // Checked by the policy already; a ramdisk's kinds go into its certificate.
+        let statements: Vec<String> = policy::kinds_statement(&result, request.role)
+            .ok()
+            .flatten()
+            .into_iter()
+            .collect();
         let response = self
             .issue(
                 &mut tx,
@@ -417,7 +423,7 @@ impl JoinService {
                     node_id: &node_id,
                     role,
                     generation,
-                    statements: &[],
+                    statements: &statements,
                     shorter_ttl_seconds: result.cert_ttl_seconds,
                     now,
                 },

@@ -69,8 +69,9 @@ pub enum PolicyRefusal {
     /// The result asks for a certificate statement renewal cannot prove again.
     #[error("node-key-statement")]
     NodeKeyStatement,
-    /// The result carries command kinds, which only ramdisk certificates take (and which this
-    /// host does not issue yet).
+    /// The result carries command kinds for a role other than ramdisk, kinds that are not a
+    /// valid list (`gatehouse_proto::kinds`), or none for a ramdisk: a ramdisk certificate is
+    /// always restricted, and only a ramdisk certificate is.
     #[error("allowed-kinds")]
     AllowedKinds,
     /// The machine's pool lists the attestors that may admit into it (`joinAttestors`), and
@@ -142,9 +143,7 @@ pub fn check(f: &Facts<'_>) -> Result<Placement, PolicyRefusal> {
     {
         return Err(PolicyRefusal::NodeKeyStatement);
     }
-    if result.allowed_kinds.is_some() {
-        return Err(PolicyRefusal::AllowedKinds);
-    }
+    kinds_statement(result, f.role)?;
 
     if let Some(token) = token {
         if token.revoked {
@@ -213,6 +212,22 @@ pub fn check(f: &Facts<'_>) -> Result<Placement, PolicyRefusal> {
         site_id,
         token_id: token.map(|t| t.id.clone()),
     })
+}
+
+/// The `urn:bc:kinds:` statement the certificate carries (seed: discovery): exactly a ramdisk
+/// gets one, from the result's `allowed-kinds`, which must be a valid list. Renewal copies it
+/// from the old certificate, so the restriction lasts as long as the identity.
+pub fn kinds_statement(
+    result: &AttestationResult,
+    role: Role,
+) -> Result<Option<String>, PolicyRefusal> {
+    match (&result.allowed_kinds, role) {
+        (None, Role::Node | Role::Site) => Ok(None),
+        (Some(kinds), Role::Ramdisk) => gatehouse_proto::kinds::statement(kinds)
+            .map(Some)
+            .ok_or(PolicyRefusal::AllowedKinds),
+        _ => Err(PolicyRefusal::AllowedKinds),
+    }
 }
 
 /// The pool's `joinAttestors`: a pool that lists attestors admits only machines one of them
@@ -684,6 +699,39 @@ mod tests {
         ] {
             r.node_key_uri = Some(bad.clone());
             assert_eq!(f(&r), Err(PolicyRefusal::NodeKeyStatement), "{bad}");
+        }
+    }
+
+    #[test]
+    fn exactly_ramdisks_carry_kinds() {
+        let kinds: Vec<String> = ["disk.wipe", "deploy.*"].map(String::from).to_vec();
+        let mut r = result();
+        assert_eq!(kinds_statement(&r, Role::Node), Ok(None));
+        assert_eq!(kinds_statement(&r, Role::Site), Ok(None));
+        // An unrestricted ramdisk certificate never exists.
+        assert_eq!(
+            kinds_statement(&r, Role::Ramdisk),
+            Err(PolicyRefusal::AllowedKinds)
+        );
+        r.allowed_kinds = Some(kinds);
+        assert_eq!(
+            kinds_statement(&r, Role::Ramdisk),
+            Ok(Some("urn:bc:kinds:disk.wipe,deploy.*".into()))
+        );
+        assert_eq!(
+            kinds_statement(&r, Role::Node),
+            Err(PolicyRefusal::AllowedKinds)
+        );
+        assert_eq!(
+            run(&r, &effects(token()), &Claims::default(), None),
+            Err(PolicyRefusal::AllowedKinds)
+        );
+        for bad in [vec![], vec!["*".to_owned()], vec!["a,b".to_owned()]] {
+            r.allowed_kinds = Some(bad);
+            assert_eq!(
+                kinds_statement(&r, Role::Ramdisk),
+                Err(PolicyRefusal::AllowedKinds)
+            );
         }
     }
 }

@@ -12,7 +12,7 @@ use gatehouse_proto::{JoinResponse, RenewRequest};
 use super::record::{self, Decision, Round};
 use super::{Issue, JoinError, JoinService, unavailable};
 use crate::pki::verify_csr;
-use crate::store::{NodeCertRow, NodeRow, Revocation, Tx};
+use crate::store::{NodeCertRow, NodeRole, NodeRow, Revocation, Tx};
 
 /// Why a renewal was refused: the reason in `security.renew.refused` and the audit row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +77,10 @@ pub enum RenewRefusal {
     /// The certified key is not the CSR's.
     #[error("node-key-not-csr")]
     NodeKeyNotCsr,
+    /// A ramdisk certificate without its `urn:bc:kinds:` statement: renewal never turns a
+    /// restricted identity into an unrestricted one (none is issued; this guards old rows).
+    #[error("unrestricted-ramdisk")]
+    UnrestrictedRamdisk,
 }
 
 /// Whether `cert` (the row the presented leaf matched) may renew at `now`.
@@ -99,6 +103,16 @@ pub fn check(cert: &NodeCertRow, node: Option<&NodeRow>, now: i64) -> Result<(),
     }
     if now < cert.not_before {
         return Err(RenewRefusal::NotYetValid);
+    }
+    // The kinds statement is copied below with the others; the role's 2-hour cap applies
+    // to every renewal (`JoinService::issue`).
+    if cert.role == NodeRole::Ramdisk
+        && !cert
+            .statements
+            .iter()
+            .any(|s| gatehouse_proto::kinds::parse_statement(s).is_some())
+    {
+        return Err(RenewRefusal::UnrestrictedRamdisk);
     }
     Ok(())
 }
@@ -210,7 +224,6 @@ async fn cert_row(tx: &mut Tx, leaf: &[u8]) -> Result<Option<NodeCertRow>, JoinE
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::store::NodeRole;
 
     fn node() -> NodeRow {
         NodeRow {
@@ -288,6 +301,19 @@ mod tests {
             ..cert()
         };
         assert_eq!(check(&tpm, Some(&n), 150), Ok(()));
+        let ramdisk = NodeCertRow {
+            role: NodeRole::Ramdisk,
+            ..cert()
+        };
+        assert_eq!(
+            check(&ramdisk, Some(&n), 150),
+            Err(RenewRefusal::UnrestrictedRamdisk)
+        );
+        let restricted = NodeCertRow {
+            statements: vec!["urn:bc:kinds:disk.wipe".into()],
+            ..ramdisk
+        };
+        assert_eq!(check(&restricted, Some(&n), 150), Ok(()));
         assert_eq!(RenewRefusal::OldGeneration.to_string(), "old-generation");
     }
 }

@@ -37,6 +37,7 @@ mod nodes;
 mod provisioning;
 mod reads;
 mod rows;
+mod site;
 mod tokens;
 mod tx;
 mod uses;
@@ -57,4 +58,5 @@ pub use rows::{
     LeaseRow, NewAudit, NewEvent, NewNode, NewNodeCert, NewToken, NodeCertRow, NodeRole, NodeRow,
     PoolRow, Revocation, TokenExpect, TokenRole, TokenRow, UnknownName, UseOutcome, WorkflowRow,
 };
+pub use site::LeaseOutcome;
 pub use tx::Tx;

@@ -40,7 +40,7 @@ fn node(row: &AnyRow) -> Result<NodeRow, StoreError> {
     })
 }
 
-fn cert(row: &AnyRow) -> Result<NodeCertRow, StoreError> {
+pub(super) fn cert(row: &AnyRow) -> Result<NodeCertRow, StoreError> {
     let f = Fields::new(row, "node_certs");
     Ok(NodeCertRow {
         serial: f.text("serial")?,

@@ -18,8 +18,10 @@ mod identity;
 mod key;
 mod lifecycle;
 mod producer;
+mod ramdisk;
 mod renew;
 mod reset;
+mod site;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod testutil;
@@ -41,7 +43,11 @@ pub use lifecycle::{
     Step, Validity,
 };
 pub use producer::{EvidenceProducer, JOIN_TOKEN, ProducerError, TokenProducer};
+pub use ramdisk::{
+    BootCredentials, CmdlineError, DISCOVERY, DiscoveryProducer, local_claims, read_cmdline,
+};
 pub use renew::{RenewClient, RenewError};
 pub use reset::{IDENTITY_FILES, ResetMove, apply_reset, plan_reset, utc_stamp};
+pub use site::{BootEntry, SiteClient, SiteError, SiteLoop, boot_lease_name, cmdline_file_name};
 pub use verify::{ResponseError, Verified, verify_response};
 pub use x509pop::{X509POP, X509popProducer};

@@ -1,4 +1,4 @@
-//! The `gatehouse-agent` binary: `gatehouse-agent join …` and `gatehouse-agent run …`.
+//! The `gatehouse-agent` binary: `gatehouse-agent join …`, `run …`, `site …` and `ramdisk …`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,8 +7,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gatehouse_agent::{
-    CloudIidProducer, EvidenceProducer, JOIN_TOKEN, JoinClient, JoinOptions, Lifecycle, NodeKey,
-    RenewPolicy, TokenProducer, apply_reset, ensure_no_identity, join, plan_reset, write_identity,
+    CloudIidProducer, DiscoveryProducer, EvidenceProducer, JOIN_TOKEN, JoinClient, JoinOptions,
+    Lifecycle, NodeKey, RenewPolicy, SiteLoop, TokenProducer, apply_reset, ensure_no_identity,
+    join, local_claims, plan_reset, read_cmdline, write_identity,
 };
 use gatehouse_proto::cloud_iid::{CLOUD_IID, Provider};
 use gatehouse_proto::{Claims, JoinTrust, Role, TokenString};
@@ -29,6 +30,60 @@ enum Command {
     /// Keeps the identity in --dir alive: renews before the certificate runs out and, when it
     /// ran out anyway, re-joins as the same node with x509pop. Runs until SIGINT or SIGTERM.
     Run(RunArgs),
+    /// Site agent: holds the site's boot lease with the site node identity in --dir and
+    /// renders every boot entry of --boots into --out as `bc.token=… bc.assertion=…`. Runs
+    /// until SIGINT or SIGTERM, then releases the lease.
+    Site(SiteArgs),
+    /// Commissioning ramdisk: reads bc.token and bc.assertion from the kernel command line
+    /// and joins with attestor discovery as ramdisk, writing the identity to --out.
+    Ramdisk(RamdiskArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SiteArgs {
+    /// The host's URL, e.g. https://gatehouse.example:8443.
+    #[arg(long)]
+    server: String,
+    /// The join trust file.
+    #[arg(long, value_name = "FILE")]
+    ca: PathBuf,
+    /// The site node's identity directory (`join --role site --out`).
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// The site this node serves.
+    #[arg(long, value_name = "SITE")]
+    site: String,
+    /// The boot entries: a JSON array of {mac, workflowId?, productUuid?, ip?, notAfter (ms)}.
+    #[arg(long, value_name = "FILE")]
+    boots: PathBuf,
+    /// Where to write each boot's kernel command line parameters (<mac>.cmdline).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// The boot lease's time to live (5s to 10m); renewed every third of it.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    lease_ttl: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+struct RamdiskArgs {
+    /// The host's URL, e.g. https://gatehouse.example:8443.
+    #[arg(long)]
+    server: String,
+    /// The join trust file.
+    #[arg(long, value_name = "FILE")]
+    ca: PathBuf,
+    /// The directory to write the identity to; it must not hold one yet.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// The kernel command line to read bc.token and bc.assertion from.
+    #[arg(long, value_name = "FILE", default_value = "/proc/cmdline")]
+    cmdline: PathBuf,
+    /// A MAC address to claim (repeatable); default: every interface's under /sys/class/net.
+    #[arg(long = "mac", value_name = "MAC", value_parser = parse_mac)]
+    macs: Vec<String>,
+    /// The SMBIOS product UUID to claim; default: /sys/class/dmi/id/product_uuid.
+    #[arg(long, value_name = "UUID", value_parser = parse_uuid)]
+    product_uuid: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -319,6 +374,67 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+async fn run_site(args: SiteArgs) -> Result<(), Failure> {
+    let trust = read_trust(&args.ca)?;
+    // Fail early on a directory without an identity, and on an unusable server URL.
+    gatehouse_agent::load_identity(&args.dir).map_err(usage)?;
+    JoinClient::new(&args.server, &trust).map_err(usage)?;
+    let site = SiteLoop {
+        server: args.server,
+        trust,
+        dir: args.dir,
+        site_id: args.site,
+        boots: args.boots,
+        out: args.out,
+        lease_ttl: args.lease_ttl,
+    };
+    site.run(shutdown())
+        .await
+        .map_err(|e| Failure::Join(e.into()))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn run_ramdisk(args: RamdiskArgs) -> Result<(), Failure> {
+    let trust = read_trust(&args.ca)?;
+    let creds = read_cmdline(&read(&args.cmdline)?)
+        .with_context(|| args.cmdline.display().to_string())
+        .map_err(usage)?;
+    let client = JoinClient::new(&args.server, &trust).map_err(usage)?;
+    ensure_no_identity(&args.out).map_err(usage)?;
+    let local = local_claims(Path::new("/sys"));
+    let claims = Claims {
+        macs: if args.macs.is_empty() {
+            local.macs
+        } else {
+            args.macs
+        },
+        product_uuid: args.product_uuid.or(local.product_uuid),
+    };
+    let key = NodeKey::generate().map_err(|e| Failure::Join(e.into()))?;
+    let options = JoinOptions {
+        claims,
+        ..JoinOptions::default()
+    };
+    let mut producer = DiscoveryProducer::new(&creds.assertion);
+    let joined = join(
+        &client,
+        &trust,
+        &mut producer,
+        Some(&creds.token),
+        &key,
+        &options,
+    )
+    .await
+    .map_err(|e| Failure::Join(e.into()))?;
+    let identity = write_identity(&args.out, &key, &joined)
+        .context("joined, but the identity could not be written")
+        .map_err(Failure::Join)?;
+    println!("node id: {}", identity.node_id);
+    println!("SPIFFE ID: {}", identity.spiffe_id);
+    Ok(())
+}
+
 async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
     let trust = read_trust(&args.ca)?;
     let policy = RenewPolicy {
@@ -380,6 +496,8 @@ async fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Join(args) => run_join(args).await,
         Command::Run(args) => run_lifecycle(args).await,
+        Command::Site(args) => run_site(args).await,
+        Command::Ramdisk(args) => run_ramdisk(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -77,6 +77,30 @@ pub trait Tx {
     fn kv_put(&self, key: &str, value: &[u8]) -> Result<(), TxError>;
     /// Deletes a value from the attestor's private key/value space.
     fn kv_delete(&self, key: &str) -> Result<(), TxError>;
+    /// The newest certificate the host issued to `node_id` for the key whose
+    /// SubjectPublicKeyInfo has SHA-256 `spki_sha256`, neither revoked nor expired.
+    ///
+    /// Defaults to [`TxError::Invalid`] so implementations written before it (fakes in tests)
+    /// keep compiling; the host's implementation answers it.
+    fn node_cert_for_key(
+        &self,
+        node_id: &str,
+        spki_sha256: &[u8],
+    ) -> Result<Option<NodeCert>, TxError> {
+        let _ = (node_id, spki_sha256);
+        Err(TxError::Invalid(
+            "node-cert-for-key is not implemented".into(),
+        ))
+    }
+    /// The newest inventory of any node that reports `mac`.
+    ///
+    /// Defaults to [`TxError::Invalid`], like [`Tx::node_cert_for_key`].
+    fn inventory_by_mac(&self, mac: &str) -> Result<Option<Inventory>, TxError> {
+        let _ = mac;
+        Err(TxError::Invalid(
+            "inventory-by-mac is not implemented".into(),
+        ))
+    }
 }
 
 /// Cryptography the host runs natively (the WIT `crypto` interface). Every function takes

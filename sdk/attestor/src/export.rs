@@ -91,6 +91,16 @@ impl Tx for HostTx<'_> {
     fn kv_delete(&self, key: &str) -> Result<(), TxError> {
         self.0.kv_delete(key)
     }
+    fn node_cert_for_key(
+        &self,
+        node_id: &str,
+        spki_sha256: &[u8],
+    ) -> Result<Option<NodeCert>, TxError> {
+        self.0.node_cert_for_key(node_id, spki_sha256)
+    }
+    fn inventory_by_mac(&self, mac: &str) -> Result<Option<Inventory>, TxError> {
+        self.0.inventory_by_mac(mac)
+    }
 }
 
 /// [`Crypto`] over the host's `crypto` imports.

@@ -6,10 +6,13 @@
 
 pub mod b64;
 pub mod cloud_iid;
+pub mod discovery;
 mod join;
+pub mod kinds;
 mod renew;
 #[cfg(feature = "seal")]
 mod seal;
+pub mod site;
 mod token;
 pub mod tpm;
 mod trust;

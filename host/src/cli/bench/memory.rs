@@ -65,6 +65,16 @@ impl TxBackend for MemoryStore {
     async fn node_cert(&mut self, _: &[u8]) -> Result<Option<host::NodeCert>, BackendError> {
         Ok(None)
     }
+    async fn node_cert_for_key(
+        &mut self,
+        _: &str,
+        _: &[u8],
+    ) -> Result<Option<host::NodeCert>, BackendError> {
+        Ok(None)
+    }
+    async fn inventory_by_mac(&mut self, _: &str) -> Result<Option<host::Inventory>, BackendError> {
+        Ok(None)
+    }
     async fn bound_node(&mut self, _: &str, _: &str) -> Result<Option<String>, BackendError> {
         Ok(None)
     }

@@ -1,0 +1,399 @@
+//! The site node's API over mTLS: its boot lease (`POST /v1/leases/{name}/acquire|renew|release`)
+//! and the discovery tokens of the machines its boot server serves
+//! (`POST /v1/site/discovery-tokens`).
+//!
+//! A site node authenticates as `POST /v1/renew` does: the TLS handshake proved it holds the
+//! key of the leaf it presented (`api::mtls`), and the leaf must be byte for byte a live
+//! `node_certs` row of the node's current identity generation, of a node that is not retired
+//! (the node row is locked, so an operator's retire is never overtaken). The node must be of
+//! role site with a site, and may touch only its own site's lease, `site:<siteId>:boot`, and
+//! mint tokens only for its own site and tenant. Every refusal is `403 ACCESS_DENIED` ("Site
+//! request refused") and a `security.site.refused` event with the reason; losing a lease
+//! race is not a refusal but `409 CONFLICT`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::{Extension, extract::rejection::JsonRejection};
+use gatehouse_proto::discovery::is_mac;
+use gatehouse_proto::site::{DiscoveryToken, DiscoveryTokenRequest, LeaseRequest, LeaseState};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::admin::is_id;
+use super::error::ApiError;
+use super::{AppState, Peer};
+use crate::join::renew::{self, RenewRefusal};
+use crate::store::{
+    LeaseOutcome, LeaseRow, NewEvent, NewToken, NodeRole, NodeRow, TokenExpect, TokenRole, Tx,
+};
+
+/// Shortest and longest lease, seconds. A boot lease is renewed every few seconds; its TTL is
+/// how long a boot server that stopped renewing still vouches.
+const LEASE_TTL_SECONDS: std::ops::RangeInclusive<u32> = 5..=600;
+/// Default, shortest and longest discovery token lifetime, seconds.
+const TOKEN_TTL_DEFAULT: u32 = 3600;
+const TOKEN_TTL_SECONDS: std::ops::RangeInclusive<u32> = 60..=86_400;
+
+/// Why a site request was refused: the reason in `security.site.refused`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SiteRefusal {
+    /// The connection carried no client certificate.
+    #[error("no-client-certificate")]
+    NoClientCertificate,
+    /// The leaf is not a certificate this host issued.
+    #[error("unknown-certificate")]
+    UnknownCertificate,
+    /// The leaf would not renew (unknown or retired node, revoked, expired, old generation):
+    /// the reason is renewal's.
+    #[error("{0}")]
+    Certificate(RenewRefusal),
+    /// The node is not a site node, or has no site.
+    #[error("not-a-site-node")]
+    NotASiteNode,
+    /// The lease is not this node's site's boot lease.
+    #[error("foreign-lease")]
+    ForeignLease,
+}
+
+/// A site node, authenticated.
+struct SiteNode {
+    node: NodeRow,
+    site_id: String,
+}
+
+/// Authenticates the connection's leaf as a live site node in `tx`.
+async fn site_node(
+    tx: &mut Tx,
+    peer: &Peer,
+) -> Result<Result<SiteNode, (SiteRefusal, Option<NodeRow>)>, ApiError> {
+    let Some(leaf) = peer.client_cert.as_deref() else {
+        return Ok(Err((SiteRefusal::NoClientCertificate, None)));
+    };
+    let Some(first) = tx.node_cert_by_der(leaf).await? else {
+        return Ok(Err((SiteRefusal::UnknownCertificate, None)));
+    };
+    let node = tx.lock_node(&first.node_id).await?;
+    // Read again under the lock (see `join::renew::lookup`).
+    let Some(cert) = tx.node_cert_by_der(leaf).await? else {
+        return Ok(Err((SiteRefusal::UnknownCertificate, node)));
+    };
+    let now = tx.now().await?;
+    match renew::check(&cert, node.as_ref(), now) {
+        // A TPM-held key authenticates TLS as well as any; only renewing it needs its proof.
+        Ok(()) | Err(RenewRefusal::KeyAttestationRequired) => {}
+        Err(r) => return Ok(Err((SiteRefusal::Certificate(r), node))),
+    }
+    let Some(node) = node else {
+        return Ok(Err((
+            SiteRefusal::Certificate(RenewRefusal::UnknownNode),
+            None,
+        )));
+    };
+    match (&node.role, node.site_id.clone()) {
+        (NodeRole::Site, Some(site_id)) => Ok(Ok(SiteNode { node, site_id })),
+        _ => Ok(Err((SiteRefusal::NotASiteNode, Some(node)))),
+    }
+}
+
+/// Records a refusal in a transaction of its own and returns the one error it becomes.
+async fn refuse(
+    state: &AppState,
+    what: &str,
+    refusal: SiteRefusal,
+    node: Option<&NodeRow>,
+    peer: &Peer,
+) -> ApiError {
+    tracing::warn!(request = what, reason = %refusal, node = ?node.map(|n| &n.id), peer = %peer.addr, "site request refused");
+    let write = async {
+        let mut tx = state.db.begin().await?;
+        let at = tx.now().await?;
+        tx.insert_event(&NewEvent {
+            at,
+            kind: "security.site.refused".into(),
+            tenant_id: node.map(|n| n.tenant_id.clone()),
+            node_id: node.map(|n| n.id.clone()),
+            attestor: None,
+            reason: Some(refusal.to_string()),
+            token_id: None,
+            payload: json!({ "request": what, "clientAddr": peer.addr.to_string() }),
+        })
+        .await?;
+        tx.commit().await
+    };
+    if let Err(e) = write.await {
+        tracing::error!(error = %e, "could not record a refused site request");
+    }
+    ApiError::SiteDenied
+}
+
+fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    body.map(|Json(b)| b)
+        .map_err(|e| ApiError::InvalidInput(e.body_text()))
+}
+
+fn state_of(row: LeaseRow) -> LeaseState {
+    LeaseState {
+        name: row.name,
+        holder: row.holder,
+        epoch: row.epoch,
+        expires_at: row.expires_at,
+    }
+}
+
+/// Which lease operation.
+#[derive(Debug, Clone, Copy)]
+enum LeaseOp {
+    Acquire,
+    Renew,
+    Release,
+}
+
+/// `POST /v1/leases/{name}/acquire`: `{ttlSeconds}`.
+pub(super) async fn acquire(
+    State(state): State<AppState>,
+    Extension(peer): Extension<Peer>,
+    Path(name): Path<String>,
+    request: Result<Json<LeaseRequest>, JsonRejection>,
+) -> Result<Json<LeaseState>, ApiError> {
+    lease(state, peer, name, body(request)?, LeaseOp::Acquire).await
+}
+
+/// `POST /v1/leases/{name}/renew`: `{epoch, ttlSeconds}`.
+pub(super) async fn renew_lease(
+    State(state): State<AppState>,
+    Extension(peer): Extension<Peer>,
+    Path(name): Path<String>,
+    request: Result<Json<LeaseRequest>, JsonRejection>,
+) -> Result<Json<LeaseState>, ApiError> {
+    lease(state, peer, name, body(request)?, LeaseOp::Renew).await
+}
+
+/// `POST /v1/leases/{name}/release`: `{epoch}`.
+pub(super) async fn release(
+    State(state): State<AppState>,
+    Extension(peer): Extension<Peer>,
+    Path(name): Path<String>,
+    request: Result<Json<LeaseRequest>, JsonRejection>,
+) -> Result<Json<LeaseState>, ApiError> {
+    lease(state, peer, name, body(request)?, LeaseOp::Release).await
+}
+
+async fn lease(
+    state: AppState,
+    peer: Peer,
+    name: String,
+    req: LeaseRequest,
+    op: LeaseOp,
+) -> Result<Json<LeaseState>, ApiError> {
+    let ttl = match op {
+        LeaseOp::Acquire | LeaseOp::Renew => {
+            let ttl = req
+                .ttl_seconds
+                .ok_or_else(|| ApiError::InvalidInput("ttlSeconds is required".into()))?;
+            if !LEASE_TTL_SECONDS.contains(&ttl) {
+                return Err(ApiError::InvalidInput(format!(
+                    "ttlSeconds must be {} to {}",
+                    LEASE_TTL_SECONDS.start(),
+                    LEASE_TTL_SECONDS.end()
+                )));
+            }
+            i64::from(ttl) * 1000
+        }
+        LeaseOp::Release => 0,
+    };
+    let epoch = match op {
+        LeaseOp::Acquire => 0,
+        LeaseOp::Renew | LeaseOp::Release => req
+            .epoch
+            .ok_or_else(|| ApiError::InvalidInput("epoch is required".into()))?,
+    };
+    let what = match op {
+        LeaseOp::Acquire => "lease.acquire",
+        LeaseOp::Renew => "lease.renew",
+        LeaseOp::Release => "lease.release",
+    };
+
+    let mut tx = state.db.begin().await?;
+    let site = match site_node(&mut tx, &peer).await? {
+        Ok(site) => site,
+        Err((refusal, node)) => {
+            drop(tx);
+            return Err(refuse(&state, what, refusal, node.as_ref(), &peer).await);
+        }
+    };
+    if name != format!("site:{}:boot", site.site_id) {
+        drop(tx);
+        return Err(refuse(
+            &state,
+            what,
+            SiteRefusal::ForeignLease,
+            Some(&site.node),
+            &peer,
+        )
+        .await);
+    }
+    let now = tx.now().await?;
+    let holder = site.node.id.as_str();
+    let outcome = match op {
+        LeaseOp::Acquire => tx.acquire_lease(&name, holder, now + ttl, now).await?,
+        LeaseOp::Renew => tx.renew_lease(&name, holder, epoch, now + ttl, now).await?,
+        LeaseOp::Release => tx.release_lease(&name, holder, epoch, now).await?,
+    };
+    let row = match outcome {
+        LeaseOutcome::Held(row) => row,
+        LeaseOutcome::Lost(current) => {
+            drop(tx);
+            let detail = match current {
+                Some(c) if c.holder != holder && c.expires_at > now => {
+                    "the lease is held by another node".to_owned()
+                }
+                Some(c) if c.epoch != epoch => format!("the lease is at epoch {}", c.epoch),
+                _ => "the lease lapsed".to_owned(),
+            };
+            return Err(ApiError::Conflict(detail));
+        }
+    };
+    // An event when the lease changes hands (a new epoch) or is released, not per renewal.
+    let changed = match op {
+        LeaseOp::Acquire => Some("lease.acquired"),
+        LeaseOp::Release => Some("lease.released"),
+        LeaseOp::Renew => None,
+    };
+    if let Some(kind) = changed {
+        tx.insert_event(&NewEvent {
+            at: now,
+            kind: kind.into(),
+            tenant_id: Some(site.node.tenant_id.clone()),
+            node_id: Some(site.node.id.clone()),
+            attestor: None,
+            reason: None,
+            token_id: None,
+            payload: json!({ "lease": row.name, "epoch": row.epoch, "expiresAt": row.expires_at }),
+        })
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(Json(state_of(row)))
+}
+
+/// `POST /v1/site/discovery-tokens`: a single-use discovery token for one machine the site
+/// node's boot server serves, issued for the node's site and tenant, bound to the MAC
+/// (`expect.mac`) and, when given, the product UUID. Shown once.
+pub(super) async fn discovery_token(
+    State(state): State<AppState>,
+    Extension(peer): Extension<Peer>,
+    request: Result<Json<DiscoveryTokenRequest>, JsonRejection>,
+) -> Result<Json<DiscoveryToken>, ApiError> {
+    let req = body(request)?;
+    let mac = req.mac.to_ascii_lowercase();
+    if !is_mac(&mac) {
+        return Err(ApiError::InvalidInput("mac is not a MAC address".into()));
+    }
+    if let Some(w) = &req.workflow_id
+        && !is_id(w)
+    {
+        return Err(ApiError::InvalidInput("workflowId is not an id".into()));
+    }
+    let product_uuid = req.product_uuid.map(|u| u.to_ascii_lowercase());
+    if product_uuid.as_deref().is_some_and(|u| !is_uuid(u)) {
+        return Err(ApiError::InvalidInput("productUuid is not a UUID".into()));
+    }
+    let ttl = req.ttl_seconds.unwrap_or(TOKEN_TTL_DEFAULT);
+    if !TOKEN_TTL_SECONDS.contains(&ttl) {
+        return Err(ApiError::InvalidInput(format!(
+            "ttlSeconds must be {} to {}",
+            TOKEN_TTL_SECONDS.start(),
+            TOKEN_TTL_SECONDS.end()
+        )));
+    }
+
+    let mut tx = state.db.begin().await?;
+    let site = match site_node(&mut tx, &peer).await? {
+        Ok(site) => site,
+        Err((refusal, node)) => {
+            drop(tx);
+            return Err(refuse(&state, "discovery-token", refusal, node.as_ref(), &peer).await);
+        }
+    };
+    let secret: [u8; 32] = rand::random();
+    let token = gatehouse_proto::TokenString {
+        id: crate::join::new_id("tok_"),
+        secret: secret.to_vec(),
+    };
+    let now = tx.now().await?;
+    let expires_at = now + i64::from(ttl) * 1000;
+    tx.insert_token(&NewToken {
+        id: token.id.clone(),
+        role: TokenRole::Discovery,
+        secret_sha256: Sha256::digest(secret).into(),
+        tenant_id: site.node.tenant_id.clone(),
+        pool_id: None,
+        site_id: Some(site.site_id.clone()),
+        expires_at,
+        uses: 1,
+        expect: TokenExpect {
+            product_uuid: product_uuid.clone(),
+            mac: Some(mac.clone()),
+            node_id: None,
+        },
+        reclaim: false,
+        created_at: now,
+    })
+    .await?;
+    tx.insert_event(&NewEvent {
+        at: now,
+        kind: "discovery-token.created".into(),
+        tenant_id: Some(site.node.tenant_id.clone()),
+        node_id: Some(site.node.id.clone()),
+        attestor: None,
+        reason: None,
+        token_id: Some(token.id.clone()),
+        payload: json!({
+            "siteId": site.site_id,
+            "mac": mac,
+            "productUuid": product_uuid,
+            "workflowId": req.workflow_id,
+            "expiresAt": expires_at,
+        }),
+    })
+    .await?;
+    tx.commit().await?;
+    tracing::info!(token_id = %token.id, node = %site.node.id, %mac, "discovery token created");
+    Ok(Json(DiscoveryToken {
+        id: token.id.clone(),
+        token: token.to_text(),
+        expires_at,
+    }))
+}
+
+/// Whether `u` is a lowercase hyphenated UUID.
+fn is_uuid(u: &str) -> bool {
+    u.len() == 36
+        && u.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids() {
+        assert!(is_uuid("4c4c4544-0042-3510-8052-b4c04f4e4d32"));
+        assert!(!is_uuid("4c4c4544-0042-3510-8052-b4c04f4e4d3"));
+        assert!(!is_uuid("4C4C4544-0042-3510-8052-B4C04F4E4D32"));
+        assert!(!is_uuid("4c4c4544x0042-3510-8052-b4c04f4e4d32"));
+    }
+
+    #[test]
+    fn refusal_reasons() {
+        assert_eq!(SiteRefusal::ForeignLease.to_string(), "foreign-lease");
+        assert_eq!(
+            SiteRefusal::Certificate(RenewRefusal::Retired).to_string(),
+            "retired"
+        );
+    }
+}

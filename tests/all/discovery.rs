@@ -1,0 +1,430 @@
+//! Discovery end to end, on every backend: site agents join with site tokens and race for the
+//! site's boot lease over mTLS (one wins), the holder renders a boot (a signed assertion under
+//! its lease epoch and a discovery token from the site API) onto a kernel command line, and a
+//! ramdisk reads it back and joins with attestor `discovery`: a ramdisk certificate of at most
+//! 2 hours carrying the commissioning kinds. Then every refusal the seed names, each with its
+//! reason in `security.join.refused`: a reused assertion, a stale one, a MAC the machine does
+//! not claim, an assertion signed under an epoch the lease has moved past, and one by a
+//! retired site node. And the site API's own refusals.
+
+use std::time::Duration;
+
+use gatehouse::store::{NodeCertRow, NodeRole};
+use gatehouse_agent::{
+    BootEntry, DiscoveryProducer, JoinClient, JoinError, JoinOptions, Joined, NodeKey, SiteClient,
+    SiteError, TokenProducer, join, load_identity, read_cmdline, write_identity,
+};
+use gatehouse_proto::site::LeaseState;
+use gatehouse_proto::{Claims, Role, TokenString};
+
+use crate::common::{Backend, TestHost, backends};
+
+const SITE: &str = "fra1";
+const MIN: i64 = 60_000;
+const UUID: &str = "4c4c4544-0042-3510-8052-b4c04f4e4d32";
+const COMMISSIONING: &str =
+    "urn:bc:kinds:inventory.refresh,logs.collect,diag.*,disk.wipe,deploy.*,boot.kexec";
+
+/// A site node joined with a site token for [`SITE`]: its identity directory.
+async fn site_node(host: &TestHost) -> (tempfile::TempDir, String) {
+    let token = host
+        .create_token_with(serde_json::json!({
+            "role": "site", "uses": 1, "ttlSeconds": 3600, "siteId": SITE,
+        }))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = NodeKey::generate().unwrap();
+    let client = JoinClient::new(&host.url(), &host.trust).unwrap();
+    let joined = join(
+        &client,
+        &host.trust,
+        &mut TokenProducer::new(Role::Site),
+        Some(&token),
+        &key,
+        &JoinOptions::default(),
+    )
+    .await
+    .unwrap();
+    write_identity(dir.path(), &key, &joined).unwrap();
+    (dir, joined.node_id)
+}
+
+fn site_client(host: &TestHost, dir: &tempfile::TempDir, site: &str) -> SiteClient {
+    SiteClient::new(
+        &host.url(),
+        &host.trust,
+        load_identity(dir.path()).unwrap(),
+        site,
+    )
+    .unwrap()
+}
+
+fn entry(mac: &str, not_after: i64) -> BootEntry {
+    BootEntry {
+        mac: mac.into(),
+        workflow_id: Some("wf_commission_1".into()),
+        product_uuid: Some(UUID.into()),
+        ip: Some("10.20.0.7".into()),
+        not_after,
+    }
+}
+
+fn wall_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// The ramdisk: reads the command line back and joins with attestor discovery as ramdisk,
+/// claiming `macs` and the product UUID.
+async fn ramdisk_join(
+    host: &TestHost,
+    cmdline: &str,
+    macs: &[&str],
+) -> Result<(Joined, NodeKey), JoinError> {
+    let creds = read_cmdline(cmdline).unwrap();
+    ramdisk_join_with(host, &creds.token, &creds.assertion, macs).await
+}
+
+async fn ramdisk_join_with(
+    host: &TestHost,
+    token: &TokenString,
+    assertion: &str,
+    macs: &[&str],
+) -> Result<(Joined, NodeKey), JoinError> {
+    let client = JoinClient::new(&host.url(), &host.trust).unwrap();
+    let key = NodeKey::generate().unwrap();
+    let options = JoinOptions {
+        claims: Claims {
+            macs: macs.iter().map(|m| (*m).to_owned()).collect(),
+            product_uuid: Some(UUID.into()),
+        },
+        ..JoinOptions::default()
+    };
+    let joined = join(
+        &client,
+        &host.trust,
+        &mut DiscoveryProducer::new(assertion),
+        Some(token),
+        &key,
+        &options,
+    )
+    .await?;
+    Ok((joined, key))
+}
+
+/// Asserts the join was refused (ACCESS_DENIED to the agent) with `reason` in the last
+/// `security.join.refused` event.
+#[track_caller]
+fn refused(result: Result<(Joined, NodeKey), JoinError>) {
+    assert!(
+        matches!(result, Err(JoinError::Denied)),
+        "expected ACCESS_DENIED, got {:?}",
+        result.map(|(j, _)| j.node_id)
+    );
+}
+
+async fn last_refusal(host: &TestHost) -> String {
+    host.refusal_reasons().await.pop().unwrap_or_default()
+}
+
+async fn certs(host: &TestHost, node_id: &str) -> Vec<NodeCertRow> {
+    let mut tx = host.running.db.begin().await.unwrap();
+    let rows = tx.node_certs(node_id).await.unwrap();
+    tx.commit().await.unwrap();
+    rows
+}
+
+async fn retire(host: &TestHost, node_id: &str) {
+    let resp = host
+        .http()
+        .post(format!("{}/v1/admin/nodes/{node_id}/retire", host.url()))
+        .bearer_auth(&host.admin_key)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "retire: {}", resp.status());
+}
+
+#[tokio::test]
+async fn a_ramdisk_joins_through_its_site_agent_and_every_refusal_has_its_reason() {
+    for backend in backends() {
+        end_to_end(backend).await;
+    }
+}
+
+async fn end_to_end(backend: Backend) {
+    let host = TestHost::start(backend).await;
+    let (dir_a, id_a) = site_node(&host).await;
+    let (dir_b, id_b) = site_node(&host).await;
+    let (a, b) = (
+        site_client(&host, &dir_a, SITE),
+        site_client(&host, &dir_b, SITE),
+    );
+    let ttl = Duration::from_secs(60);
+
+    // Two site agents race for the boot lease: exactly one holds it, at epoch 1.
+    let (ra, rb) = tokio::join!(a.acquire(ttl), b.acquire(ttl));
+    let (holder, holder_id, other, other_id, lease) = match (ra, rb) {
+        (Ok(l), Err(SiteError::Conflict(_))) => (&a, &id_a, &b, &id_b, l),
+        (Err(SiteError::Conflict(_)), Ok(l)) => (&b, &id_b, &a, &id_a, l),
+        (ra, rb) => panic!("expected one winner: {ra:?} / {rb:?}"),
+    };
+    assert_eq!(
+        (lease.name.as_str(), lease.holder.as_str(), lease.epoch),
+        ("site:fra1:boot", holder_id.as_str(), 1)
+    );
+    // The holder renews at its epoch; the other can neither renew nor take it.
+    let lease = holder.renew(1, ttl).await.unwrap();
+    assert_eq!(lease.epoch, 1);
+    assert!(matches!(
+        other.renew(1, ttl).await,
+        Err(SiteError::Conflict(_))
+    ));
+    assert!(matches!(
+        other.acquire(ttl).await,
+        Err(SiteError::Conflict(_))
+    ));
+
+    // The holder renders one boot; the ramdisk reads it back from its command line and joins.
+    let now = wall_ms();
+    let rendered = holder
+        .render_boot(&lease, &entry("52:54:00:00:0a:01", now + 60 * MIN), now)
+        .await
+        .unwrap();
+    let cmdline =
+        format!("BOOT_IMAGE=/vmlinuz initrd=ramdisk.img console=ttyS0 {rendered} quiet\n");
+    assert!(
+        cmdline.len() < 2048,
+        "fits a kernel command line: {}",
+        cmdline.len()
+    );
+    let (joined, _) = ramdisk_join(&host, &cmdline, &["52:54:00:00:0a:02", "52:54:00:00:0a:01"])
+        .await
+        .unwrap();
+    assert_eq!(joined.attestor, "discovery");
+    // A ramdisk certificate of at most 2 hours (plus the minute it is back-dated), carrying
+    // the commissioning kinds in the certificate itself.
+    let rows = certs(&host, &joined.node_id).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].role, NodeRole::Ramdisk);
+    assert_eq!(rows[0].statements, [COMMISSIONING]);
+    assert!(rows[0].not_after - rows[0].not_before <= 2 * 60 * MIN + MIN);
+    let (_, leaf) = x509_parser::parse_x509_certificate(&joined.chain[0]).unwrap();
+    let uris: Vec<String> = leaf
+        .subject_alternative_name()
+        .unwrap()
+        .unwrap()
+        .value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            x509_parser::extensions::GeneralName::URI(u) => Some((*u).to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        uris,
+        [
+            format!(
+                "spiffe://{}/node/{}",
+                host.trust.trust_domain, joined.node_id
+            ),
+            COMMISSIONING.to_owned()
+        ]
+    );
+    let kinds = gatehouse_proto::kinds::parse_statement(&uris[1]).unwrap();
+    assert!(gatehouse_proto::kinds::allows(&kinds, "disk.wipe"));
+    assert!(gatehouse_proto::kinds::allows(&kinds, "deploy.image"));
+    assert!(!gatehouse_proto::kinds::allows(&kinds, "node.exec"));
+    let ev = host.events().await;
+    assert!(
+        ev.iter()
+            .any(|e| e.kind == "node.joined"
+                && e.node_id.as_deref() == Some(joined.node_id.as_str()))
+    );
+
+    // A reused assertion: the same one with a fresh token for the same MAC.
+    let creds = read_cmdline(&cmdline).unwrap();
+    let again = holder
+        .discovery_token(&entry("52:54:00:00:0a:01", now + 60 * MIN))
+        .await
+        .unwrap();
+    let again = TokenString::parse(&again.token).unwrap();
+    refused(ramdisk_join_with(&host, &again, &creds.assertion, &["52:54:00:00:0a:01"]).await);
+    assert_eq!(last_refusal(&host).await, "assertion-reused");
+
+    // A stale assertion: signed 16 minutes ago (by the site agent's clock, this machine's),
+    // so its notAfter (at most 15 minutes after issuedAt) has passed.
+    let mac = "52:54:00:00:0b:01";
+    let now = wall_ms();
+    let stale_text = holder
+        .sign_assertion(&lease, &entry(mac, now + 60 * MIN), now - 16 * MIN)
+        .unwrap()
+        .to_text();
+    let token = holder
+        .discovery_token(&entry(mac, wall_ms() + 60 * MIN))
+        .await
+        .unwrap();
+    refused(
+        ramdisk_join_with(
+            &host,
+            &TokenString::parse(&token.token).unwrap(),
+            &stale_text,
+            &[mac],
+        )
+        .await,
+    );
+    assert_eq!(last_refusal(&host).await, "assertion-stale");
+
+    // A MAC the machine does not claim.
+    let now = wall_ms();
+    let rendered = holder
+        .render_boot(&lease, &entry("52:54:00:00:0c:01", now + 60 * MIN), now)
+        .await
+        .unwrap();
+    refused(ramdisk_join(&host, &rendered, &["52:54:00:00:0c:02"]).await);
+    assert_eq!(last_refusal(&host).await, "mac-not-claimed");
+
+    // The lease moves to the other site node (a higher epoch): what the old holder signed
+    // under epoch 1 no longer admits, what the new holder signs does.
+    let now = wall_ms();
+    let fenced = holder
+        .render_boot(&lease, &entry("52:54:00:00:0d:01", now + 60 * MIN), now)
+        .await
+        .unwrap();
+    let released = holder.release(lease.epoch).await.unwrap();
+    assert_eq!(released.epoch, 1);
+    let moved: LeaseState = other.acquire(ttl).await.unwrap();
+    assert_eq!((moved.holder.as_str(), moved.epoch), (other_id.as_str(), 2));
+    refused(ramdisk_join(&host, &fenced, &["52:54:00:00:0d:01"]).await);
+    assert_eq!(last_refusal(&host).await, "lease-epoch");
+    // The old holder's renewal at epoch 1 is refused too.
+    assert!(matches!(
+        holder.renew(1, ttl).await,
+        Err(SiteError::Conflict(_))
+    ));
+    let now = wall_ms();
+    let rendered = other
+        .render_boot(&moved, &entry("52:54:00:00:0d:02", now + 60 * MIN), now)
+        .await
+        .unwrap();
+    let (joined, _) = ramdisk_join(&host, &rendered, &["52:54:00:00:0d:02"])
+        .await
+        .unwrap();
+    assert_eq!(
+        certs(&host, &joined.node_id).await[0].role,
+        NodeRole::Ramdisk
+    );
+
+    // An assertion by a site node retired after it signed.
+    let now = wall_ms();
+    let rendered = other
+        .render_boot(&moved, &entry("52:54:00:00:0e:01", now + 60 * MIN), now)
+        .await
+        .unwrap();
+    retire(&host, other_id).await;
+    refused(ramdisk_join(&host, &rendered, &["52:54:00:00:0e:01"]).await);
+    assert_eq!(last_refusal(&host).await, "signer-retired");
+
+    // The retired node's site API is closed, with its reason.
+    assert!(matches!(other.renew(2, ttl).await, Err(SiteError::Denied)));
+    let site_refusals: Vec<String> = host
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e.kind == "security.site.refused")
+        .filter_map(|e| e.reason)
+        .collect();
+    assert_eq!(site_refusals.last().map(String::as_str), Some("retired"));
+
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn the_site_api_admits_only_live_site_nodes_for_their_own_site() {
+    for backend in backends() {
+        let host = TestHost::start(backend).await;
+        let (dir, _) = site_node(&host).await;
+        let ttl = Duration::from_secs(30);
+
+        // Another site's lease.
+        let foreign = site_client(&host, &dir, "ams1");
+        assert!(matches!(foreign.acquire(ttl).await, Err(SiteError::Denied)));
+        // A TTL out of bounds is a bad request, not a refusal.
+        let mine = site_client(&host, &dir, SITE);
+        assert!(matches!(
+            mine.acquire(Duration::from_secs(3600)).await,
+            Err(SiteError::Host { status: 400, .. })
+        ));
+        // Acquiring again while holding keeps the epoch; after a release, a new epoch.
+        let l1 = mine.acquire(ttl).await.unwrap();
+        assert_eq!(mine.acquire(ttl).await.unwrap().epoch, l1.epoch);
+        mine.release(l1.epoch).await.unwrap();
+        assert!(matches!(
+            mine.release(l1.epoch).await,
+            Err(SiteError::Conflict(_))
+        ));
+        assert_eq!(mine.acquire(ttl).await.unwrap().epoch, l1.epoch + 1);
+
+        // A node (not a site node) with a valid certificate.
+        let token = host.create_token("node", 1).await;
+        let node_dir = tempfile::tempdir().unwrap();
+        let key = NodeKey::generate().unwrap();
+        let client = JoinClient::new(&host.url(), &host.trust).unwrap();
+        let joined = join(
+            &client,
+            &host.trust,
+            &mut TokenProducer::new(Role::Node),
+            Some(&token),
+            &key,
+            &JoinOptions::default(),
+        )
+        .await
+        .unwrap();
+        write_identity(node_dir.path(), &key, &joined).unwrap();
+        let not_site = site_client(&host, &node_dir, SITE);
+        assert!(matches!(
+            not_site.acquire(ttl).await,
+            Err(SiteError::Denied)
+        ));
+        assert!(matches!(
+            not_site
+                .discovery_token(&entry("52:54:00:00:0f:01", wall_ms() + MIN))
+                .await,
+            Err(SiteError::Denied)
+        ));
+
+        let reasons: Vec<String> = host
+            .events()
+            .await
+            .into_iter()
+            .filter(|e| e.kind == "security.site.refused")
+            .filter_map(|e| e.reason)
+            .collect();
+        assert_eq!(
+            reasons,
+            ["foreign-lease", "not-a-site-node", "not-a-site-node"]
+        );
+
+        // The token a site node mints: single use, discovery, its site, bound to the MAC.
+        let minted = mine
+            .discovery_token(&entry("52:54:00:00:0f:02", wall_ms() + MIN))
+            .await
+            .unwrap();
+        let mut tx = host.running.db.begin().await.unwrap();
+        let row = tx.lock_token(&minted.id).await.unwrap().unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(row.role, gatehouse::store::TokenRole::Discovery);
+        assert_eq!((row.uses_total, row.uses_left), (1, 1));
+        assert_eq!(row.site_id.as_deref(), Some(SITE));
+        assert_eq!(row.expect.mac.as_deref(), Some("52:54:00:00:0f:02"));
+        assert_eq!(row.expect.product_uuid.as_deref(), Some(UUID));
+
+        host.stop().await;
+    }
+}
