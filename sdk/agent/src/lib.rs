@@ -13,6 +13,7 @@
 
 mod cert;
 mod client;
+mod doctor;
 mod identity;
 mod key;
 mod lifecycle;
@@ -22,24 +23,28 @@ mod reset;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod testutil;
+#[cfg(feature = "tpm")]
+pub mod tpm;
 mod verify;
 mod x509pop;
 
-pub use cert::{CertError, NodeCert};
+pub use cert::{CertError, NodeCert, ak_name};
 pub use client::{
     JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
 };
+pub use doctor::{Check, doctor};
 pub use identity::{
     CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, LoadedIdentity, NEXT_KEY_FILE,
-    commit_next, ensure_no_identity, load_identity, stage_next_key, write_identity,
+    TPM_CLEARED_HINT, commit_next, ensure_no_identity, load_identity, load_identity_with,
+    stage_next_key, write_identity,
 };
-pub use key::{KeyError, NodeKey, build_csr};
+pub use key::{FileKey, KeyError, NodeKey, build_csr};
 pub use lifecycle::{
     Action, AttemptError, Clock, Lifecycle, LifecycleError, LifecycleEvent, RenewPolicy, Schedule,
     Step, Validity,
 };
 pub use producer::{EvidenceProducer, JOIN_TOKEN, ProducerError, TokenProducer};
-pub use renew::{RenewClient, RenewError};
+pub use renew::{Attester, RenewClient, RenewError};
 pub use reset::{IDENTITY_FILES, ResetMove, apply_reset, plan_reset, utc_stamp};
 pub use verify::{ResponseError, Verified, verify_response};
 pub use x509pop::{X509POP, X509popProducer};
