@@ -51,6 +51,7 @@ use tss_esapi::{Context, TctiNameConf};
 pub use key::{NODE_KEY_PEM_LABEL, TpmNodeKey, is_record, parse_record};
 pub use producer::{TPM, TpmProducer};
 
+
 /// The TCTI of a host's TPM: the kernel's resource manager.
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
 
@@ -379,6 +380,75 @@ impl Tpm {
     }
 }
 
+/// A key the AK certifies that a verifier must refuse (for tests of its checks).
+#[cfg(any(test, feature = "swtpm"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OddKey {
+    /// A signing key that can also decrypt.
+    Decrypt,
+    /// A key that may leave the TPM (fixedTPM and fixedParent clear).
+    NotFixedTpm,
+}
+
+#[cfg(any(test, feature = "swtpm"))]
+impl Tpm {
+    /// The AK's certification, qualified by `qualifying`, of a P-256 key made in this TPM
+    /// with the node key template changed as `odd` says.
+    pub fn certify_odd_key(
+        &self,
+        odd: OddKey,
+        qualifying: [u8; 32],
+    ) -> Result<TpmCertifiedKey, TpmError> {
+        self.run(move |ctx| {
+            let mut unique = [0u8; 32];
+            aws_lc_rs::rand::fill(&mut unique).map_err(|_| TpmError::Unexpected("randomness"))?;
+            let mut attributes = ObjectAttributesBuilder::new()
+                .with_sensitive_data_origin(true)
+                .with_user_with_auth(true)
+                .with_no_da(true)
+                .with_sign_encrypt(true);
+            attributes = match odd {
+                OddKey::Decrypt => attributes
+                    .with_fixed_tpm(true)
+                    .with_fixed_parent(true)
+                    .with_decrypt(true),
+                OddKey::NotFixedTpm => attributes.with_fixed_tpm(false).with_fixed_parent(false),
+            };
+            let scheme = match odd {
+                // A key that decrypts too takes no signing scheme in its template.
+                OddKey::Decrypt => EccScheme::Null,
+                OddKey::NotFixedTpm => {
+                    EccScheme::EcDsa(HashScheme::new(HashingAlgorithm::Sha256))
+                }
+            };
+            let params = PublicEccParametersBuilder::new()
+                .with_ecc_scheme(scheme)
+                .with_curve(EccCurve::NistP256)
+                .with_is_signing_key(odd != OddKey::Decrypt)
+                .with_symmetric(SymmetricDefinitionObject::Null)
+                .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
+                .build()
+                .map_err(cmd("building the odd key parameters"))?;
+            let x = EccParameter::try_from(unique.to_vec()).map_err(cmd("the odd key unique"))?;
+            let template = PublicBuilder::new()
+                .with_public_algorithm(PublicAlgorithm::Ecc)
+                .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+                .with_object_attributes(
+                    attributes.build().map_err(cmd("building the odd key attributes"))?,
+                )
+                .with_ecc_parameters(params)
+                .with_ecc_unique_identifier(EccPoint::new(x, EccParameter::default()))
+                .build()
+                .map_err(cmd("building the odd key template"))?;
+            let (ak, _) = create_ak(ctx)?;
+            let result = certify_template(ctx, ak, template, &qualifying);
+            flush(ctx, ak);
+            result
+        })
+    }
+}
+
 /// SHA-256.
 pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
     let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
@@ -628,7 +698,22 @@ fn certify(
     unique: &[u8; 32],
     qualifying: &[u8; 32],
 ) -> Result<TpmCertifiedKey, TpmError> {
-    let (key, public) = create_node_key(ctx, unique)?;
+    certify_template(ctx, ak, node_key_template(unique)?, qualifying)
+}
+
+/// TPM2_Certify by the AK of the owner-hierarchy primary `template` makes.
+fn certify_template(
+    ctx: &mut Context,
+    ak: KeyHandle,
+    template: Public,
+    qualifying: &[u8; 32],
+) -> Result<TpmCertifiedKey, TpmError> {
+    let (key, public) = ctx
+        .execute_with_nullauth_session(|c| {
+            c.create_primary(Hierarchy::Owner, template, None, None, None, None)
+        })
+        .map(|created| (created.key_handle, created.out_public))
+        .map_err(cmd("creating the key to certify"))?;
     let result = (|| {
         let data = Data::try_from(qualifying.to_vec()).map_err(cmd("the qualifying data"))?;
         let scheme = SignatureScheme::EcDsa {

@@ -226,3 +226,21 @@ fn bad_tctis_are_refused() {
         Err(TpmError::Open { .. })
     ));
 }
+
+#[test]
+fn odd_keys_are_certified_with_their_attributes() {
+    let (_ca, _sw, tpm) = started();
+    let ak = tpm.ak_public().unwrap();
+    for odd in [OddKey::Decrypt, OddKey::NotFixedTpm] {
+        let certified = tpm.certify_odd_key(odd, [1; 32]).unwrap();
+        assert!(verify(&ak, &certified.certify_info, &certified.signature), "{odd:?}");
+        let Public::Ecc { object_attributes: a, .. } = Public::unmarshall(&certified.public).unwrap()
+        else {
+            panic!("P-256")
+        };
+        match odd {
+            OddKey::Decrypt => assert!(a.decrypt() && a.sign_encrypt() && a.fixed_tpm()),
+            OddKey::NotFixedTpm => assert!(!a.fixed_tpm() && !a.fixed_parent()),
+        }
+    }
+}
