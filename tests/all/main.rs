@@ -15,4 +15,5 @@ mod pools;
 mod renew;
 mod response;
 mod sandbox;
+mod tpm;
 mod x509pop;

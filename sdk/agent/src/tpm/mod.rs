@@ -51,7 +51,6 @@ use tss_esapi::{Context, TctiNameConf};
 pub use key::{NODE_KEY_PEM_LABEL, TpmNodeKey, is_record, parse_record};
 pub use producer::{TPM, TpmProducer};
 
-
 /// The TCTI of a host's TPM: the kernel's resource manager.
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
 
@@ -418,9 +417,7 @@ impl Tpm {
             let scheme = match odd {
                 // A key that decrypts too takes no signing scheme in its template.
                 OddKey::Decrypt => EccScheme::Null,
-                OddKey::NotFixedTpm => {
-                    EccScheme::EcDsa(HashScheme::new(HashingAlgorithm::Sha256))
-                }
+                OddKey::NotFixedTpm => EccScheme::EcDsa(HashScheme::new(HashingAlgorithm::Sha256)),
             };
             let params = PublicEccParametersBuilder::new()
                 .with_ecc_scheme(scheme)
@@ -435,7 +432,9 @@ impl Tpm {
                 .with_public_algorithm(PublicAlgorithm::Ecc)
                 .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
                 .with_object_attributes(
-                    attributes.build().map_err(cmd("building the odd key attributes"))?,
+                    attributes
+                        .build()
+                        .map_err(cmd("building the odd key attributes"))?,
                 )
                 .with_ecc_parameters(params)
                 .with_ecc_unique_identifier(EccPoint::new(x, EccParameter::default()))

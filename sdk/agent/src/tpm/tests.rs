@@ -233,8 +233,14 @@ fn odd_keys_are_certified_with_their_attributes() {
     let ak = tpm.ak_public().unwrap();
     for odd in [OddKey::Decrypt, OddKey::NotFixedTpm] {
         let certified = tpm.certify_odd_key(odd, [1; 32]).unwrap();
-        assert!(verify(&ak, &certified.certify_info, &certified.signature), "{odd:?}");
-        let Public::Ecc { object_attributes: a, .. } = Public::unmarshall(&certified.public).unwrap()
+        assert!(
+            verify(&ak, &certified.certify_info, &certified.signature),
+            "{odd:?}"
+        );
+        let Public::Ecc {
+            object_attributes: a,
+            ..
+        } = Public::unmarshall(&certified.public).unwrap()
         else {
             panic!("P-256")
         };
