@@ -44,13 +44,13 @@ impl TpmNodeKey {
 
     /// The key `tpm` derives from `unique` (another key after a TPM2_Clear).
     pub fn derive(tpm: &Tpm, unique: [u8; 32]) -> Result<Self, TpmError> {
-        let (public, point, spki) = tpm.node_key(unique)?;
+        let derived = tpm.node_key(unique)?;
         Ok(Self {
             tpm: tpm.clone(),
             unique,
-            public,
-            point,
-            spki,
+            public: derived.public,
+            point: derived.point,
+            spki: derived.spki,
         })
     }
 

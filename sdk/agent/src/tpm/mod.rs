@@ -107,6 +107,17 @@ fn cmd(step: &'static str) -> impl FnOnce(tss_esapi::Error) -> TpmError {
 
 type Job = Box<dyn FnOnce(&mut Context) + Send>;
 
+/// The public half of a key the TPM derived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DerivedKey {
+    /// Its public area (TPMT_PUBLIC).
+    pub public: Vec<u8>,
+    /// Its point, `04 ‖ x ‖ y`.
+    pub point: Vec<u8>,
+    /// Its SubjectPublicKeyInfo (DER).
+    pub spki: Vec<u8>,
+}
+
 /// A connection to one TPM, served by a thread that owns the ESAPI context. Cloning shares the
 /// connection; the thread ends when the last clone is dropped. Commands are serialised.
 #[derive(Clone)]
@@ -293,14 +304,17 @@ impl Tpm {
         })
     }
 
-    /// The node key this TPM derives from `unique`: its public area (TPMT_PUBLIC), its point
-    /// (`04 ‖ x ‖ y`) and its SubjectPublicKeyInfo (DER).
-    pub fn node_key(&self, unique: [u8; 32]) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>), TpmError> {
+    /// The node key this TPM derives from `unique`.
+    pub fn node_key(&self, unique: [u8; 32]) -> Result<DerivedKey, TpmError> {
         self.run(move |ctx| {
             let (handle, public) = create_node_key(ctx, &unique)?;
             flush(ctx, handle);
             let (point, spki) = p256_public(&public)?;
-            Ok((marshal_public(&public)?, point, spki))
+            Ok(DerivedKey {
+                public: marshal_public(&public)?,
+                point,
+                spki,
+            })
         })
     }
 
