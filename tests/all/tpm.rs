@@ -595,3 +595,54 @@ async fn tpm_a_new_ek_is_enrolled_only_by_an_operator_after_the_old_node_is_dele
         host.stop().await;
     }
 }
+
+/// A node key in the TPM authenticates the renewal's TLS handshake (TPM2_Sign through the
+/// rustls signer), and its next key is made in the TPM too: here for a certificate without an
+/// AK statement (a token-joined node whose key moved into the TPM), on any host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpm_node_key_signs_the_renewal_handshake() {
+    for backend in backends() {
+        let ca = LocalCa::new().unwrap();
+        let m = Machine::new(&ca);
+        let host = TestHost::start(backend).await;
+        let token = host.create_token("node", 1).await;
+        let client = JoinClient::new(&host.url(), &host.trust).unwrap();
+        let file_key = NodeKey::generate().unwrap();
+        let joined = join(
+            &client,
+            &host.trust,
+            &mut gatehouse_agent::TokenProducer::new(Role::Node),
+            Some(&token),
+            &file_key,
+            &JoinOptions::default(),
+        )
+        .await
+        .unwrap();
+        // The node's current certificate, for a key in the TPM.
+        let key = NodeKey::generate_in(&m.tpm).unwrap();
+        let now = host.now().await;
+        let leaf = host
+            .issue_cert(
+                &joined.node_id,
+                &key.spki_der(),
+                gatehouse::store::NodeRole::Node,
+                1,
+                now - 60_000,
+                now + 3_600_000,
+            )
+            .await;
+        let chain = vec![leaf, joined.chain[1].clone()];
+        let next = NodeKey::generate_in(&m.tpm).unwrap();
+        let renewed = RenewClient::new(&host.url(), &host.trust, &key, &chain)
+            .unwrap()
+            .renew(&host.trust, &joined.node_id, &next)
+            .await
+            .unwrap();
+        assert_eq!(renewed.node_id, joined.node_id, "{backend:?}");
+        let (_, cert) = X509Certificate::from_der(&renewed.chain[0]).unwrap();
+        assert_eq!(cert.public_key().raw, next.spki_der().as_slice());
+        // A key that is not the leaf's is refused before anything is sent.
+        assert!(RenewClient::new(&host.url(), &host.trust, &next, &chain).is_err());
+        host.stop().await;
+    }
+}
