@@ -11,10 +11,18 @@ use std::fmt::Write as _;
 const BUILTIN: &[&str] = &[
     "gatehouse-attestor-join-token",
     "gatehouse-attestor-x509pop",
+    "gatehouse-attestor-tpm",
 ];
 
+/// Components `gatehouse bench` loads beside the built-in attestors, never built in.
+const BENCH: &[&str] = &["gatehouse-bench-tpm-verify"];
+
 fn main() {
-    let built = gatehouse_build_support::build_components(BUILTIN);
+    let packages: Vec<&str> = BUILTIN.iter().chain(BENCH).copied().collect();
+    let all = gatehouse_build_support::build_components(&packages);
+    let (bench, built): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|c| BENCH.contains(&c.package.as_str()));
     let mut source = String::from(
         "/// The built-in attestors: `(package, component)`, built from this workspace.\n\
          pub static BUILTIN_ATTESTORS: &[(&str, &[u8])] = &[\n",
@@ -22,6 +30,19 @@ fn main() {
     for component in &built {
         let path = component.path.to_string_lossy();
         // `{:?}` writes a Rust string literal, escapes included.
+        let _ = writeln!(
+            source,
+            "    ({:?}, include_bytes!({:?})),",
+            component.package, path
+        );
+    }
+    source.push_str("];\n");
+    source.push_str(
+        "/// Benchmark-only components: `(package, component)`.\n\
+         pub static BENCH_COMPONENTS: &[(&str, &[u8])] = &[\n",
+    );
+    for component in &bench {
+        let path = component.path.to_string_lossy();
         let _ = writeln!(
             source,
             "    ({:?}, include_bytes!({:?})),",

@@ -10,6 +10,7 @@ mod backend;
 mod crypto;
 mod limits;
 mod store_tx;
+pub mod tpm;
 mod transaction;
 
 use std::sync::Arc;

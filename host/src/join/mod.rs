@@ -7,6 +7,7 @@
 //! evidence recorded) and records the refusal in a transaction of its own; a deferral commits
 //! the attestor's rows and issues and spends nothing.
 
+mod key_attestation;
 pub mod policy;
 mod record;
 mod renew;

@@ -14,7 +14,7 @@ use gatehouse_proto::{Claims, Role};
 
 use crate::imports::Effects;
 use crate::runtime::bindings::transaction::{Node, Token};
-use crate::runtime::bindings::types::{AttestationResult, JoinRole, TokenRole};
+use crate::runtime::bindings::types::{AttestationResult, JoinRole, NodeKeyAttestation, TokenRole};
 use crate::store::PoolRow;
 
 /// Why JoinService overrode an admission. Each becomes the refusal reason in the event and the
@@ -120,13 +120,22 @@ pub struct Placement {
     pub token_id: Option<String>,
 }
 
+/// Whether renewal can prove `statement` again, so it may go into a certificate: only a
+/// well-formed `urn:bc:tpm-ak:<nameAlg>:<digest>` (renewal checks a TPM key attestation by
+/// that AK) of a join whose node key the attestor found certified.
+fn renewal_proves(statement: &str, node_key: NodeKeyAttestation) -> bool {
+    node_key == NodeKeyAttestation::Tpm
+        && gatehouse_proto::tpm::ak_name_from_statement(statement).is_some()
+}
+
 /// Applies every rule; the first that fails refuses the join.
 pub fn check(f: &Facts<'_>) -> Result<Placement, PolicyRefusal> {
     let result = f.result;
     let token = spent_token(f)?;
 
-    if result.node_key_uri.is_some() {
-        // No statement can be proved again at renewal yet (the tpm attestor brings the first).
+    if let Some(uri) = &result.node_key_uri
+        && !renewal_proves(uri, result.node_key)
+    {
         return Err(PolicyRefusal::NodeKeyStatement);
     }
     if result.allowed_kinds.is_some() {
@@ -581,5 +590,43 @@ mod tests {
         assert_eq!(f(&r).unwrap().tenant_id, "t1");
         r.node_key_uri = Some("urn:bc:tpm-ak:000b:00".into());
         assert_eq!(f(&r), Err(PolicyRefusal::NodeKeyStatement));
+    }
+
+    #[test]
+    fn only_well_formed_tpm_ak_statements_of_certified_keys_pass() {
+        let mut r = result();
+        r.token_id = None;
+        r.tenant_id = Some("t1".into());
+        let none = Effects::default();
+        let c = Claims::default();
+        let f = |r: &AttestationResult| {
+            check(&Facts {
+                result: r,
+                effects: &none,
+                request_token: None,
+                role: Role::Node,
+                claims: &c,
+                now: 0,
+                node: None,
+            })
+        };
+        let good = format!("urn:bc:tpm-ak:sha256:{}", "ab".repeat(32));
+        r.node_key_uri = Some(good.clone());
+        r.node_key = NodeKeyAttestation::Tpm;
+        assert!(f(&r).is_ok());
+        // Not certified: the statement could never be proved.
+        r.node_key = NodeKeyAttestation::Unattested;
+        assert_eq!(f(&r), Err(PolicyRefusal::NodeKeyStatement));
+        r.node_key = NodeKeyAttestation::Tpm;
+        for bad in [
+            format!("urn:bc:tpm-ak:sha256:{}", "AB".repeat(32)),
+            format!("urn:bc:tpm-ak:sha1:{}", "ab".repeat(20)),
+            "urn:bc:tpm-ak:sha256:ab".to_owned(),
+            "urn:bc:other:x".to_owned(),
+            format!("{good}:extra"),
+        ] {
+            r.node_key_uri = Some(bad.clone());
+            assert_eq!(f(&r), Err(PolicyRefusal::NodeKeyStatement), "{bad}");
+        }
     }
 }

@@ -14,9 +14,6 @@ use super::{Issue, JoinError, JoinService, unavailable};
 use crate::pki::verify_csr;
 use crate::store::{NodeCertRow, NodeRow, Revocation, Tx};
 
-/// The statement prefix of a TPM-held key (issue 5 brings its proof).
-const TPM_AK_STATEMENT: &str = "urn:bc:tpm-ak:";
-
 /// Why a renewal was refused: the reason in `security.renew.refused` and the audit row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -51,10 +48,35 @@ pub enum RenewRefusal {
     /// The certificate is not valid yet.
     #[error("not-yet-valid")]
     NotYetValid,
-    /// The leaf names a TPM attestation key; renewing it needs a TPM key attestation this host
-    /// does not verify yet, and there is no downgrade to an unattested key.
+    /// The leaf names a TPM attestation key and the request carries no key attestation: there
+    /// is no downgrade to an unattested key.
     #[error("key-attestation-required")]
     KeyAttestationRequired,
+    /// The key attestation's AK is not the one the leaf names (another TPM, or its
+    /// endorsement seed changed), or the leaf's statement is malformed.
+    #[error("key-attestation-ak-name")]
+    KeyAttestationAkName,
+    /// The key attestation's AK does not have attestation-key attributes.
+    #[error("key-attestation-ak-attributes")]
+    KeyAttestationAkAttributes,
+    /// The key attestation does not parse.
+    #[error("node-key-malformed")]
+    NodeKeyMalformed,
+    /// The certification's signature does not verify with the AK.
+    #[error("node-key-signature")]
+    NodeKeySignature,
+    /// The certification is not qualified by this CSR's hash.
+    #[error("node-key-nonce")]
+    NodeKeyNonce,
+    /// The certified name is not the name of the key public area sent.
+    #[error("node-key-name")]
+    NodeKeyName,
+    /// The certified key is not a TPM-resident signing key.
+    #[error("node-key-attributes")]
+    NodeKeyAttributes,
+    /// The certified key is not the CSR's.
+    #[error("node-key-not-csr")]
+    NodeKeyNotCsr,
 }
 
 /// Whether `cert` (the row the presented leaf matched) may renew at `now`.
@@ -77,13 +99,6 @@ pub fn check(cert: &NodeCertRow, node: Option<&NodeRow>, now: i64) -> Result<(),
     }
     if now < cert.not_before {
         return Err(RenewRefusal::NotYetValid);
-    }
-    if cert
-        .statements
-        .iter()
-        .any(|s| s.starts_with(TPM_AK_STATEMENT))
-    {
-        return Err(RenewRefusal::KeyAttestationRequired);
     }
     Ok(())
 }
@@ -125,7 +140,11 @@ impl JoinService {
         round.node_id = Some(cert.node_id.clone());
         round.tenant_id = node.as_ref().map(|n| n.tenant_id.clone());
         round.subject = Some(format!("cert:{}", cert.serial));
-        if let Err(refusal) = check(&cert, node.as_ref(), now) {
+        // A leaf naming a TPM AK renews only with that AK's certification of the CSR's key
+        // (see `key_attestation`); its statements are carried into the new certificate.
+        if let Err(refusal) = check(&cert, node.as_ref(), now).and_then(|()| {
+            super::key_attestation::check(&cert.statements, request.key_attestation.as_ref(), &csr)
+        }) {
             drop(tx);
             return Err(self.refuse(&mut round, refused(refusal)).await);
         }
@@ -263,14 +282,12 @@ mod tests {
         );
         assert_eq!(check(&cert(), Some(&n), 200), Err(RenewRefusal::Expired));
         assert_eq!(check(&cert(), Some(&n), 99), Err(RenewRefusal::NotYetValid));
+        // A TPM statement is checked by `key_attestation`, after these.
         let tpm = NodeCertRow {
             statements: vec!["urn:bc:tpm-ak:000b:00".into()],
             ..cert()
         };
-        assert_eq!(
-            check(&tpm, Some(&n), 150),
-            Err(RenewRefusal::KeyAttestationRequired)
-        );
+        assert_eq!(check(&tpm, Some(&n), 150), Ok(()));
         assert_eq!(RenewRefusal::OldGeneration.to_string(), "old-generation");
     }
 }

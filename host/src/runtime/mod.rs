@@ -168,8 +168,8 @@ impl<B: TxBackend> Runtime<B> {
             .map_err(RuntimeError::Linker)?;
         bindings::crypto::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(RuntimeError::Linker)?;
-        // The `tpm` interface is not linked yet: a component that imports it fails to load
-        // with a message naming the missing import (issue 5 implements it natively).
+        bindings::tpm::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(RuntimeError::Linker)?;
         Ok(linker)
     }
 

@@ -2,7 +2,8 @@
 
 use crate::{
     CryptoError, Info, Inventory, JoinRequest, JoinRequestRow, Lease, Node, NodeCert, Outcome,
-    SignatureScheme, TimestampMs, Token, TxError, UseError, VerifiedChain, Workflow,
+    SignatureScheme, TimestampMs, Token, TpmCredential, TpmError, TpmPcrValue, TpmPublicInfo,
+    TxError, UseError, VerifiedChain, Workflow,
 };
 
 /// An attestor: decides, from one round's evidence, whether a machine may join and as whom.
@@ -117,4 +118,74 @@ pub trait Crypto {
     }
     /// Opens what [`seal_state`](Crypto::seal_state) sealed with the same binding.
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError>;
+
+    // The TPM functions (the WIT `tpm` interface). They are provided methods answering
+    // `unsupported`, so test doubles that need no TPM compile unchanged; the component's
+    // import-backed implementation overrides every one.
+
+    /// Parses a TPMT_PUBLIC and computes its TPM name and SPKI.
+    fn tpm_parse_public(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
+        let _ = public;
+        Err(no_tpm())
+    }
+    /// Checks a public area has attestation-key attributes (restricted signing key, fixedTPM,
+    /// fixedParent, sensitiveDataOrigin, decrypt clear).
+    fn tpm_check_ak(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
+        let _ = public;
+        Err(no_tpm())
+    }
+    /// TPM2_MakeCredential of `secret` for the EK `ek_public` and the object named `ak_name`.
+    fn tpm_make_credential(
+        &self,
+        ek_public: &[u8],
+        ak_name: &[u8],
+        secret: &[u8],
+    ) -> Result<TpmCredential, TpmError> {
+        let _ = (ek_public, ak_name, secret);
+        Err(no_tpm())
+    }
+    /// Verifies a TPM2_Quote by `ak_public` over exactly `pcrs` with extraData `nonce`;
+    /// returns the PCRs covered.
+    fn tpm_verify_quote(
+        &self,
+        ak_public: &[u8],
+        quote: &[u8],
+        signature: &[u8],
+        pcrs: &[TpmPcrValue],
+        nonce: &[u8],
+    ) -> Result<Vec<TpmPcrValue>, TpmError> {
+        let _ = (ak_public, quote, signature, pcrs, nonce);
+        Err(no_tpm())
+    }
+    /// Verifies a TPM2_Certify of `key_public` by `ak_public` with extraData `nonce`; returns
+    /// the certified key.
+    fn tpm_verify_certify(
+        &self,
+        ak_public: &[u8],
+        certify_info: &[u8],
+        signature: &[u8],
+        key_public: &[u8],
+        nonce: &[u8],
+    ) -> Result<TpmPublicInfo, TpmError> {
+        let _ = (ak_public, certify_info, signature, key_public, nonce);
+        Err(no_tpm())
+    }
+    /// Verifies that `ek_certificate` chains through `intermediates` to one of `roots` at `at`
+    /// and certifies the key of `ek_public`.
+    fn tpm_verify_ek(
+        &self,
+        ek_public: &[u8],
+        ek_certificate: &[u8],
+        intermediates: &[Vec<u8>],
+        roots: &[Vec<u8>],
+        at: TimestampMs,
+    ) -> Result<TpmPublicInfo, TpmError> {
+        let _ = (ek_public, ek_certificate, intermediates, roots, at);
+        Err(no_tpm())
+    }
+}
+
+/// What a [`Crypto`] without TPM support answers.
+fn no_tpm() -> TpmError {
+    TpmError::Unsupported("this Crypto implementation has no TPM support".into())
 }

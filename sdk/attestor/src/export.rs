@@ -4,12 +4,12 @@
 
 use std::marker::PhantomData;
 
-use crate::wit::better_compute::attestor::{crypto, transaction};
+use crate::wit::better_compute::attestor::{crypto, tpm, transaction};
 use crate::wit::exports::better_compute::attestor::verifier::Guest;
 use crate::{
     Attestor, Context, Crypto, CryptoError, Info, Inventory, JoinRequest, JoinRequestRow, Lease,
-    Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, Tx, TxError, UseError,
-    VerifiedChain, Workflow, reason, refuse,
+    Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, TpmCredential, TpmError,
+    TpmPcrValue, TpmPublicInfo, Tx, TxError, UseError, VerifiedChain, Workflow, reason, refuse,
 };
 
 /// The exported `verifier` for attestor `T`.
@@ -130,5 +130,49 @@ impl Crypto for HostCrypto {
     }
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError> {
         crypto::open_state(sealed, binding)
+    }
+    fn tpm_parse_public(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
+        tpm::parse_public(public)
+    }
+    fn tpm_check_ak(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
+        tpm::check_ak(public)
+    }
+    fn tpm_make_credential(
+        &self,
+        ek_public: &[u8],
+        ak_name: &[u8],
+        secret: &[u8],
+    ) -> Result<TpmCredential, TpmError> {
+        tpm::make_credential(ek_public, ak_name, secret)
+    }
+    fn tpm_verify_quote(
+        &self,
+        ak_public: &[u8],
+        quote: &[u8],
+        signature: &[u8],
+        pcrs: &[TpmPcrValue],
+        nonce: &[u8],
+    ) -> Result<Vec<TpmPcrValue>, TpmError> {
+        tpm::verify_quote(ak_public, quote, signature, pcrs, nonce)
+    }
+    fn tpm_verify_certify(
+        &self,
+        ak_public: &[u8],
+        certify_info: &[u8],
+        signature: &[u8],
+        key_public: &[u8],
+        nonce: &[u8],
+    ) -> Result<TpmPublicInfo, TpmError> {
+        tpm::verify_certify(ak_public, certify_info, signature, key_public, nonce)
+    }
+    fn tpm_verify_ek(
+        &self,
+        ek_public: &[u8],
+        ek_certificate: &[u8],
+        intermediates: &[Vec<u8>],
+        roots: &[Vec<u8>],
+        at: TimestampMs,
+    ) -> Result<TpmPublicInfo, TpmError> {
+        tpm::verify_ek(ek_public, ek_certificate, intermediates, roots, at)
     }
 }

@@ -87,6 +87,9 @@ pub use ct::constant_time_eq;
 pub use outcome::refuse;
 
 pub use wit::better_compute::attestor::crypto::{CryptoError, SignatureScheme, VerifiedChain};
+pub use wit::better_compute::attestor::tpm::{
+    Credential as TpmCredential, PcrValue as TpmPcrValue, PublicInfo as TpmPublicInfo, TpmError,
+};
 pub use wit::better_compute::attestor::transaction::{
     Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Revocation, Token,
     TokenExpect, TxError, UseError, Workflow,

@@ -4,10 +4,12 @@
 //!   at once, each with its own single-use token (agent key generation, CSR, sealing and
 //!   response verification included, on the same machine).
 //! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`: see [`attestor_call`].
+//! - `tpm_verify_us_native` / `_wasm`: see [`tpm_verify`].
 
 mod attestor_call;
 mod memory;
 mod native_crypto;
+mod tpm_verify;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +42,7 @@ pub struct BenchArgs {
 pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let _ = args.json;
     let calls = attestor_call::measure(args.calls).await?;
+    let tpm = tpm_verify::measure(args.calls.min(2000)).await?;
     let sqlite = joins_per_second(None, args.joins, args.agents)
         .await
         .context("SQLite join benchmark")?;
@@ -57,6 +60,8 @@ pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "attestor_call_us_wasm": round1(calls.wasm_us),
         "attestor_call_us_native": round1(calls.native_us),
         "wasm_over_native": (calls.wasm_us / calls.native_us * 100.0).round() / 100.0,
+        "tpm_verify_us_native": round1(tpm.native_us),
+        "tpm_verify_us_wasm": round1(tpm.wasm_us),
         "joins": args.joins,
         "agents": args.agents,
         "calls": args.calls,

@@ -358,6 +358,11 @@ async fn failures_are_logged_and_retried_with_backoff() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Another test's thread may have hit the log's callsite first, with no subscriber, and
+    // cached "never" for it; registering this scoped one rebuilds that cache, but a
+    // registration racing the rebuild can store "never" again. Rebuild once more now that
+    // this subscriber is in place, so the capture does not depend on test order.
+    tracing::callsite::rebuild_interest_cache();
 
     let f = fixture(-60, 3600);
     // Nothing listens on port 1.

@@ -1,0 +1,317 @@
+//! The native TPM checks with aws-lc-rs: a real swtpm EK certificate chain, MakeCredential
+//! undone as TPM2_ActivateCredential would, and quotes/certifications signed by P-256 keys.
+
+use aws_lc_rs::cipher::{AES_128, DecryptingKey, DecryptionContext, UnboundCipherKey};
+use aws_lc_rs::encoding::AsDer as _;
+use aws_lc_rs::hmac;
+use aws_lc_rs::iv::FixedLength;
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::rsa::{
+    KeySize, OAEP_SHA256_MGF1SHA256, OaepPrivateDecryptingKey, PrivateDecryptingKey,
+};
+use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
+use gatehouse_tpm::marshal::{
+    AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public, ecdsa_sha256_signature,
+    quote_attest, rsa_ek_public,
+};
+use gatehouse_tpm::{HashAlg, PcrValue, TpmError, kdfa};
+
+use super::native::{self, AwsLcVerifier, EkError};
+
+const EK_CERT: &[u8] = include_bytes!("../testdata/swtpm-ek-rsa2048.der");
+const LOCAL_CA: &[u8] = include_bytes!("../testdata/swtpm-localca.der");
+const ROOT: &[u8] = include_bytes!("../testdata/swtpm-localca-root.der");
+const MODULUS_HEX: &str = include_str!("../testdata/swtpm-ek-rsa2048.modulus.hex");
+/// 2030-01-01, inside the swtpm certificates' validity.
+const AT: i64 = 1_893_456_000_000;
+
+fn swtpm_ek_public() -> Vec<u8> {
+    rsa_ek_public(&hex::decode(MODULUS_HEX.trim()).unwrap())
+}
+
+#[test]
+fn a_real_swtpm_ek_certificate_verifies() {
+    let ek = native::verify_ek(
+        &swtpm_ek_public(),
+        EK_CERT,
+        &[LOCAL_CA.to_vec()],
+        &[ROOT.to_vec()],
+        AT,
+    )
+    .unwrap();
+    assert_eq!(ek.name_alg, HashAlg::Sha256);
+    // The intermediate may also be configured as the root.
+    assert!(native::verify_ek(&swtpm_ek_public(), EK_CERT, &[], &[LOCAL_CA.to_vec()], AT).is_ok());
+}
+
+#[test]
+fn an_ek_certificate_from_another_ca_or_for_another_key_is_refused() {
+    // Without the intermediate, the root alone does not reach the EK certificate.
+    assert!(matches!(
+        native::verify_ek(&swtpm_ek_public(), EK_CERT, &[], &[ROOT.to_vec()], AT),
+        Err(EkError::Chain(_))
+    ));
+    // A root that is not the swtpm CA (the EK certificate itself is no CA).
+    assert!(matches!(
+        native::verify_ek(
+            &swtpm_ek_public(),
+            EK_CERT,
+            &[LOCAL_CA.to_vec()],
+            &[EK_CERT.to_vec()],
+            AT
+        ),
+        Err(EkError::Chain(_))
+    ));
+    // Before the certificates' notBefore.
+    assert!(matches!(
+        native::verify_ek(
+            &swtpm_ek_public(),
+            EK_CERT,
+            &[LOCAL_CA.to_vec()],
+            &[ROOT.to_vec()],
+            0
+        ),
+        Err(EkError::Chain(_))
+    ));
+    // A trusted certificate for another EK.
+    let mut other = hex::decode(MODULUS_HEX.trim()).unwrap();
+    other[100] ^= 1;
+    assert_eq!(
+        native::verify_ek(
+            &rsa_ek_public(&other),
+            EK_CERT,
+            &[LOCAL_CA.to_vec()],
+            &[ROOT.to_vec()],
+            AT
+        ),
+        Err(EkError::KeyMismatch)
+    );
+    // Garbage.
+    assert!(native::verify_ek(b"junk", EK_CERT, &[], &[ROOT.to_vec()], AT).is_err());
+    assert!(native::verify_ek(&swtpm_ek_public(), b"junk", &[], &[ROOT.to_vec()], AT).is_err());
+}
+
+/// TPM2_ActivateCredential in software, from the EK's private key (Part 1 §24).
+fn activate(
+    ek: &PrivateDecryptingKey,
+    ak_name: &[u8],
+    blob: &[u8],
+    encrypted: &[u8],
+) -> Option<Vec<u8>> {
+    let oaep = OaepPrivateDecryptingKey::new(ek.clone()).unwrap();
+    let mut seed = vec![0; oaep.min_output_size()];
+    let seed = oaep
+        .decrypt(
+            &OAEP_SHA256_MGF1SHA256,
+            encrypted,
+            &mut seed,
+            Some(b"IDENTITY\0"),
+        )
+        .unwrap()
+        .to_vec();
+    assert_eq!(seed.len(), 32);
+    let (size, rest) = blob.split_at(2);
+    assert_eq!(size, [0, 32]);
+    let (integrity, enc_identity) = rest.split_at(32);
+    let hmac_key = hmac::Key::new(hmac::HMAC_SHA256, &kdfa(&seed, b"INTEGRITY", &[], &[], 256));
+    let mut message = enc_identity.to_vec();
+    message.extend_from_slice(ak_name);
+    hmac::verify(&hmac_key, &message, integrity).ok()?;
+    let sym = kdfa(&seed, b"STORAGE", ak_name, &[], 128);
+    let key = DecryptingKey::cfb128(UnboundCipherKey::new(&AES_128, &sym).unwrap()).unwrap();
+    let mut plain = enc_identity.to_vec();
+    key.decrypt(
+        &mut plain,
+        DecryptionContext::Iv128(FixedLength::from([0u8; 16])),
+    )
+    .unwrap();
+    let len = usize::from(u16::from_be_bytes([plain[0], plain[1]]));
+    Some(plain[2..2 + len].to_vec())
+}
+
+fn modulus_of(key: &PrivateDecryptingKey) -> Vec<u8> {
+    use x509_parser::prelude::FromDer as _;
+    let der = key.public_key().as_der().unwrap();
+    let (_, spki) = x509_parser::x509::SubjectPublicKeyInfo::from_der(der.as_ref()).unwrap();
+    let x509_parser::public_key::PublicKey::RSA(rsa) = spki.parsed().unwrap() else {
+        panic!("not RSA")
+    };
+    let m = rsa.modulus;
+    m[m.iter().position(|b| *b != 0).unwrap()..].to_vec()
+}
+
+#[test]
+fn make_credential_activates_only_with_the_ek_and_the_ak_name() {
+    let ek = PrivateDecryptingKey::generate(KeySize::Rsa2048).unwrap();
+    let ek_public = rsa_ek_public(&modulus_of(&ek));
+    let ak_name = gatehouse_tpm::Public::parse(&ak().1).unwrap().name;
+    let secret = [0x5e; 32];
+    let credential = native::make_credential(&ek_public, &ak_name, &secret).unwrap();
+    assert_eq!(credential.encrypted_secret.len(), 256);
+    assert_eq!(
+        activate(
+            &ek,
+            &ak_name,
+            &credential.credential_blob,
+            &credential.encrypted_secret
+        ),
+        Some(secret.to_vec())
+    );
+    // A fresh seed each time.
+    let again = native::make_credential(&ek_public, &ak_name, &secret).unwrap();
+    assert_ne!(again.encrypted_secret, credential.encrypted_secret);
+    // Another AK name: the integrity check fails (ActivateCredential would refuse).
+    let mut other_name = ak_name.clone();
+    other_name[5] ^= 1;
+    assert_eq!(
+        activate(
+            &ek,
+            &other_name,
+            &credential.credential_blob,
+            &credential.encrypted_secret
+        ),
+        None
+    );
+    // Not an EK.
+    assert!(native::make_credential(&ak().1, &ak_name, &secret).is_err());
+}
+
+/// A P-256 AK (its key pair and public area).
+fn ak() -> (EcdsaKeyPair, Vec<u8>) {
+    p256_key(AK_ATTRIBUTES, true, 1)
+}
+
+fn p256_key(attributes: u32, scheme: bool, seed: u8) -> (EcdsaKeyPair, Vec<u8>) {
+    // Fixed scalars so the public areas (and names) are stable within a test.
+    let mut scalar = [seed; 32];
+    scalar[0] = 0x10;
+    let pair = EcdsaKeyPair::from_private_key_der(&ECDSA_P256_SHA256_FIXED_SIGNING, &sec1(&scalar))
+        .unwrap_or_else(|_| EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap());
+    let point = pair.public_key().as_ref().to_vec();
+    let public = ecc_p256_public(attributes, scheme, &point[1..33], &point[33..65]);
+    (pair, public)
+}
+
+/// An RFC 5915 ECPrivateKey for a P-256 scalar, without the public key.
+fn sec1(scalar: &[u8; 32]) -> Vec<u8> {
+    let mut der = vec![0x30, 0x31, 0x02, 0x01, 0x01, 0x04, 0x20];
+    der.extend_from_slice(scalar);
+    der.extend_from_slice(&[
+        0xa0, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+    ]);
+    der
+}
+
+fn sign(pair: &EcdsaKeyPair, message: &[u8]) -> Vec<u8> {
+    let sig = pair.sign(&SystemRandom::new(), message).unwrap();
+    ecdsa_sha256_signature(sig.as_ref())
+}
+
+#[test]
+fn quotes_and_certifications_verify_with_aws_lc() {
+    let (ak_pair, ak_public) = ak();
+    let nonce = [3u8; 32];
+    let pcrs = vec![PcrValue {
+        hash_alg: 0x000b,
+        index: 7,
+        digest: vec![7; 32],
+    }];
+    let digest = gatehouse_tpm::pcr_digest(HashAlg::Sha256, &pcrs).unwrap();
+    let quote = quote_attest(&nonce, &[7], &digest);
+    let sig = sign(&ak_pair, &quote);
+    assert_eq!(
+        gatehouse_tpm::verify_quote(&AwsLcVerifier, &ak_public, &quote, &sig, &pcrs, &nonce)
+            .unwrap(),
+        pcrs
+    );
+    let mut flipped = quote.clone();
+    flipped[20] ^= 1;
+    assert_eq!(
+        gatehouse_tpm::verify_quote(&AwsLcVerifier, &ak_public, &flipped, &sig, &pcrs, &nonce),
+        Err(TpmError::BadSignature)
+    );
+
+    let (_, node_public) = p256_key(NODE_KEY_ATTRIBUTES, false, 2);
+    let name = gatehouse_tpm::Public::parse(&node_public).unwrap().name;
+    let info = certify_attest(&nonce, &name);
+    let sig = sign(&ak_pair, &info);
+    assert!(
+        gatehouse_tpm::verify_certify(
+            &AwsLcVerifier,
+            &ak_public,
+            &info,
+            &sig,
+            &node_public,
+            &nonce
+        )
+        .is_ok()
+    );
+    let (other_pair, _) = p256_key(AK_ATTRIBUTES, true, 9);
+    let forged = sign(&other_pair, &info);
+    assert_eq!(
+        gatehouse_tpm::verify_certify(
+            &AwsLcVerifier,
+            &ak_public,
+            &info,
+            &forged,
+            &node_public,
+            &nonce
+        ),
+        Err(TpmError::BadSignature)
+    );
+}
+
+/// Every entry point of the import on `bytes`: an error or a value, never a panic.
+fn all_entry_points(bytes: &[u8]) {
+    let _ = native::parse_public(bytes);
+    let _ = gatehouse_tpm::check_ak(bytes);
+    let _ = native::make_credential(bytes, bytes, bytes);
+    let _ = native::make_credential(&swtpm_ek_public(), bytes, &[1; 32]);
+    let _ = native::verify_ek(bytes, EK_CERT, &[LOCAL_CA.to_vec()], &[ROOT.to_vec()], AT);
+    let _ = native::verify_ek(
+        &swtpm_ek_public(),
+        bytes,
+        &[bytes.to_vec()],
+        &[ROOT.to_vec()],
+        AT,
+    );
+    let _ = gatehouse_tpm::verify_quote(&AwsLcVerifier, bytes, bytes, bytes, &[], bytes);
+    let _ = gatehouse_tpm::verify_certify(&AwsLcVerifier, bytes, bytes, bytes, bytes, bytes);
+    let (_, ak_public) = ak();
+    let _ = gatehouse_tpm::verify_quote(&AwsLcVerifier, &ak_public, bytes, bytes, &[], &[]);
+}
+
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            all_entry_points(&bytes);
+        }
+
+        #[test]
+        fn mutated_valid_structures_never_panic(
+            which in 0usize..4,
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+        ) {
+            let (pair, ak_public) = ak();
+            let quote = quote_attest(&[1; 32], &[0], &[0; 32]);
+            let mut bytes = match which {
+                0 => ak_public.clone(),
+                1 => swtpm_ek_public(),
+                2 => EK_CERT.to_vec(),
+                _ => sign(&pair, &quote),
+            };
+            for (at, value) in edits {
+                let len = bytes.len();
+                bytes[at % len] = value;
+            }
+            all_entry_points(&bytes);
+        }
+    }
+}
