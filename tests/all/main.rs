@@ -18,4 +18,5 @@ mod provisioned;
 mod renew;
 mod response;
 mod sandbox;
+mod tpm;
 mod x509pop;

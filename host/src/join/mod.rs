@@ -410,11 +410,17 @@ impl JoinService {
             request.role,
             existing_role.filter(|_| placement.node_id.is_some()),
         );
-        // Checked by the policy already; a ramdisk's kinds go into its certificate.
-        let statements: Vec<String> = policy::kinds_statement(&result, request.role)
-            .ok()
-            .flatten()
+        // Both checked by the policy already: a certified key's AK statement (the second URI
+        // SAN, after the SPIFFE ID, which every renewal must prove again) and a ramdisk's kinds.
+        let statements: Vec<String> = result
+            .node_key_uri
+            .clone()
             .into_iter()
+            .chain(
+                policy::kinds_statement(&result, request.role)
+                    .ok()
+                    .flatten(),
+            )
             .collect();
         let response = self
             .issue(

@@ -102,6 +102,24 @@ impl NodeCert {
     }
 }
 
+/// The TPM name of the attestation key a certificate's `urn:bc:tpm-ak:` statement names, if
+/// it has exactly one well-formed statement (a certificate from a certified tpm join). A
+/// certificate that does not parse names none.
+pub fn ak_name(der: &[u8]) -> Option<Vec<u8>> {
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let san = cert.subject_alternative_name().ok()??;
+    let mut names = san.value.general_names.iter().filter_map(|n| match n {
+        GeneralName::URI(u) if u.starts_with(gatehouse_proto::tpm::TPM_AK_STATEMENT_PREFIX) => {
+            Some(*u)
+        }
+        _ => None,
+    });
+    match (names.next(), names.next()) {
+        (Some(statement), None) => gatehouse_proto::tpm::ak_name_from_statement(statement),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -124,6 +142,23 @@ mod tests {
             .unwrap()
             .der()
             .to_vec()
+    }
+
+    #[test]
+    fn reads_the_ak_statement() {
+        let statement = format!("urn:bc:tpm-ak:sha256:{}", "ab".repeat(32));
+        let der = cert(&["spiffe://td.test/node/node_a", &statement], Some("node"));
+        let mut name = vec![0x00, 0x0b];
+        name.extend([0xab; 32]);
+        assert_eq!(ak_name(&der), Some(name));
+        let plain = cert(&["spiffe://td.test/node/node_a"], Some("node"));
+        assert_eq!(ak_name(&plain), None);
+        let two = cert(
+            &["spiffe://td.test/node/node_a", &statement, &statement],
+            Some("node"),
+        );
+        assert_eq!(ak_name(&two), None, "ambiguous");
+        assert_eq!(ak_name(b"junk"), None);
     }
 
     #[test]

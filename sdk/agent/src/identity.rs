@@ -97,6 +97,20 @@ pub struct LoadedIdentity {
 /// [`commit_next`]), the swap is finished first. A pending node.key.next that node.crt does
 /// not certify is a renewal that never completed and is left for the next one to replace.
 pub fn load_identity(dir: &Path) -> Result<LoadedIdentity, IdentityError> {
+    load_identity_with(dir, None)
+}
+
+/// The hint on a TPM node key that no longer matches its certificate.
+pub const TPM_CLEARED_HINT: &str = "the TPM derives another key from node.key (was the TPM \
+     cleared?); join again: gatehouse-agent join --reset --yes --attestor tpm";
+
+/// [`load_identity`], deriving a node key kept in the TPM (a `BCD TPM NODE KEY` record) in
+/// `tpm`; without one such a key does not load.
+pub fn load_identity_with(
+    dir: &Path,
+    #[cfg(feature = "tpm")] tpm: Option<&crate::tpm::Tpm>,
+    #[cfg(not(feature = "tpm"))] tpm: Option<std::convert::Infallible>,
+) -> Result<LoadedIdentity, IdentityError> {
     let id_path = dir.join(IDENTITY_FILE);
     let text = match std::fs::read(&id_path) {
         Ok(t) => t,
@@ -138,11 +152,11 @@ pub fn load_identity(dir: &Path) -> Result<LoadedIdentity, IdentityError> {
         )));
     }
     let key_path = dir.join(KEY_FILE);
-    let key = match NodeKey::load(&key_path) {
+    let key = match NodeKey::load_with(&key_path, tpm) {
         Ok(key) if key.spki_der() == cert.spki_der => key,
         current => {
             let next_path = dir.join(NEXT_KEY_FILE);
-            match NodeKey::load(&next_path) {
+            match NodeKey::load_with(&next_path, tpm) {
                 Ok(next) if next.spki_der() == cert.spki_der => {
                     std::fs::rename(&next_path, &key_path).map_err(|source| IdentityError::Io {
                         path: key_path.clone(),
@@ -158,6 +172,13 @@ pub fn load_identity(dir: &Path) -> Result<LoadedIdentity, IdentityError> {
                 _ => {
                     return Err(match current {
                         Err(e) => e.into(),
+                        Ok(key) if key.in_tpm() => IdentityError::Corrupt {
+                            path: key_path,
+                            reason: format!(
+                                "the node key does not match the node certificate: \
+                                 {TPM_CLEARED_HINT}"
+                            ),
+                        },
                         Ok(_) => IdentityError::Corrupt {
                             path: key_path,
                             reason: "is not the key the node certificate certifies".into(),
@@ -193,10 +214,15 @@ pub fn commit_next(
     attestor: &str,
 ) -> Result<Identity, IdentityError> {
     let next_path = dir.join(NEXT_KEY_FILE);
-    let staged = NodeKey::load(&next_path)?;
+    // The staged file must be `next` as written (a PKCS#8 key or a TPM key record): compared
+    // as text, so that a key in the TPM need not be derived again.
+    let staged = std::fs::read_to_string(&next_path).map_err(|source| IdentityError::Io {
+        path: next_path.clone(),
+        source,
+    })?;
     let leaf = joined.chain.first().map(|c| NodeCert::parse(c));
     let leaf_ok = matches!(&leaf, Some(Ok(c)) if c.spki_der == next.spki_der());
-    if staged.spki_der() != next.spki_der() || !leaf_ok {
+    if staged != next.file_pem() || !leaf_ok {
         return Err(IdentityError::Corrupt {
             path: next_path,
             reason: "is not the key the new certificate certifies".into(),

@@ -32,43 +32,114 @@ pub enum KeyError {
         /// Why.
         source: std::io::Error,
     },
+    /// The file is a TPM key record, and no TPM was given to derive the key in.
+    #[error("node key file {0} names a key in the TPM; no TPM is configured (--tpm)")]
+    NeedsTpm(String),
+    /// The TPM could not make, derive or use the key.
+    #[cfg(feature = "tpm")]
+    #[error(transparent)]
+    Tpm(#[from] crate::tpm::TpmError),
 }
 
-/// A P-256 node key (aws-lc-rs through rcgen): what the node certificate certifies.
-pub struct NodeKey {
+/// A P-256 node key: what the node certificate certifies. It lives in a PKCS#8 file, or in the
+/// TPM (the file then holds only the record it is derived from).
+#[non_exhaustive]
+pub enum NodeKey {
+    /// A software key (aws-lc-rs through rcgen), kept as PKCS#8 PEM.
+    File(FileKey),
+    /// A key the TPM derives from the unique in its record, never leaving the TPM.
+    #[cfg(feature = "tpm")]
+    Tpm(crate::tpm::TpmNodeKey),
+}
+
+/// A software P-256 key pair.
+pub struct FileKey {
     pair: KeyPair,
 }
 
-impl std::fmt::Debug for NodeKey {
+impl std::fmt::Debug for FileKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the private key.
         f.write_str("NodeKey(P-256)")
     }
 }
 
+impl std::fmt::Debug for NodeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeKey::File(k) => k.fmt(f),
+            #[cfg(feature = "tpm")]
+            NodeKey::Tpm(_) => f.write_str("NodeKey(P-256, in the TPM)"),
+        }
+    }
+}
+
 impl NodeKey {
-    /// A fresh key, made for each join.
+    /// A fresh software key, made for each join.
     pub fn generate() -> Result<Self, KeyError> {
-        Ok(Self {
+        Ok(Self::File(FileKey {
             pair: KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?,
-        })
+        }))
     }
 
-    /// Loads a PKCS#8 PEM P-256 key written by [`NodeKey::save`].
+    /// A fresh key in `tpm`: a new random unique, the key derived from it.
+    #[cfg(feature = "tpm")]
+    pub fn generate_in(tpm: &crate::tpm::Tpm) -> Result<Self, KeyError> {
+        Ok(Self::Tpm(crate::tpm::TpmNodeKey::generate(tpm)?))
+    }
+
+    /// Loads a PKCS#8 PEM P-256 key written by [`NodeKey::save`]; a TPM key record is refused
+    /// ([`KeyError::NeedsTpm`]).
     pub fn load(path: &Path) -> Result<Self, KeyError> {
+        Self::load_with(path, None)
+    }
+
+    /// Loads a key written by [`NodeKey::save`]: a PKCS#8 PEM P-256 key, or a TPM key record
+    /// whose key is derived in `tpm` (refused without one).
+    pub fn load_with(
+        path: &Path,
+        #[cfg(feature = "tpm")] tpm: Option<&crate::tpm::Tpm>,
+        #[cfg(not(feature = "tpm"))] _tpm: Option<std::convert::Infallible>,
+    ) -> Result<Self, KeyError> {
         let pem = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
             path: path.display().to_string(),
             source,
         })?;
+        #[cfg(feature = "tpm")]
+        if crate::tpm::is_record(&pem) {
+            let Some(tpm) = tpm else {
+                return Err(KeyError::NeedsTpm(path.display().to_string()));
+            };
+            return Ok(Self::Tpm(crate::tpm::TpmNodeKey::from_record(tpm, &pem)?));
+        }
         let pair = KeyPair::from_pem(&pem)?;
         if pair.algorithm() != &PKCS_ECDSA_P256_SHA256 {
             return Err(KeyError::NotP256);
         }
-        Ok(Self { pair })
+        Ok(Self::File(FileKey { pair }))
     }
 
-    /// Writes the key as PKCS#8 PEM to a new file created with mode 0600, so the private key is
-    /// never readable by others, not even briefly. An existing file is never overwritten.
+    /// Whether the key lives in the TPM.
+    pub fn in_tpm(&self) -> bool {
+        match self {
+            NodeKey::File(_) => false,
+            #[cfg(feature = "tpm")]
+            NodeKey::Tpm(_) => true,
+        }
+    }
+
+    /// What the key file holds: PKCS#8 PEM, or the TPM key record.
+    pub(crate) fn file_pem(&self) -> String {
+        match self {
+            NodeKey::File(k) => k.pair.serialize_pem(),
+            #[cfg(feature = "tpm")]
+            NodeKey::Tpm(k) => k.record_pem(),
+        }
+    }
+
+    /// Writes the key (PKCS#8 PEM, or the TPM key record) to a new file created with mode 0600,
+    /// so the private key is never readable by others, not even briefly. An existing file is
+    /// never overwritten.
     pub fn save(&self, path: &Path) -> Result<(), KeyError> {
         let io = |source| KeyError::Io {
             path: path.display().to_string(),
@@ -80,14 +151,13 @@ impl NodeKey {
             .mode(0o600)
             .open(path)
             .map_err(io)?;
-        file.write_all(self.pair.serialize_pem().as_bytes())
-            .map_err(io)?;
+        file.write_all(self.file_pem().as_bytes()).map_err(io)?;
         file.sync_all().map_err(io)
     }
 
-    /// Writes the key as PKCS#8 PEM to `path`, replacing whatever is there in one rename: a
-    /// reader sees the old file or the whole new one, never a part. The key is written to
-    /// `<path>.tmp` (mode 0600, synced) first.
+    /// Writes the key to `path` as [`NodeKey::save`] does, replacing whatever is there in one
+    /// rename: a reader sees the old file or the whole new one, never a part. The key is
+    /// written to `<path>.tmp` (mode 0600, synced) first.
     pub fn save_replacing(&self, path: &Path) -> Result<(), KeyError> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
@@ -112,27 +182,55 @@ impl NodeKey {
     /// ES256 over `message`: ECDSA P-256 over its SHA-256, the signature fixed-width
     /// `r || s` (64 bytes), as x509pop proofs carry it.
     pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, KeyError> {
-        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &self.pkcs8_der())
-            .map_err(|_| KeyError::NotP256)?;
-        let sig = pair
-            .sign(&SystemRandom::new(), message)
-            .map_err(|_| KeyError::Sign)?;
-        Ok(sig.as_ref().to_vec())
+        match self {
+            NodeKey::File(k) => {
+                let pair = EcdsaKeyPair::from_pkcs8(
+                    &ECDSA_P256_SHA256_FIXED_SIGNING,
+                    &k.pair.serialize_der(),
+                )
+                .map_err(|_| KeyError::NotP256)?;
+                let sig = pair
+                    .sign(&SystemRandom::new(), message)
+                    .map_err(|_| KeyError::Sign)?;
+                Ok(sig.as_ref().to_vec())
+            }
+            #[cfg(feature = "tpm")]
+            NodeKey::Tpm(k) => Ok(k.sign_fixed(message)?),
+        }
     }
 
-    /// The key as PKCS#8 DER (for the TLS client certificate's key).
-    pub(crate) fn pkcs8_der(&self) -> Vec<u8> {
-        self.pair.serialize_der()
+    /// The key as rustls signs with it (the TLS client certificate's key).
+    pub(crate) fn tls_signing_key(
+        &self,
+    ) -> Result<std::sync::Arc<dyn rustls::sign::SigningKey>, KeyError> {
+        match self {
+            NodeKey::File(k) => {
+                let der = rustls::pki_types::PrivateKeyDer::Pkcs8(
+                    rustls::pki_types::PrivatePkcs8KeyDer::from(k.pair.serialize_der()),
+                );
+                rustls::crypto::aws_lc_rs::sign::any_ecdsa_type(&der).map_err(|_| KeyError::NotP256)
+            }
+            #[cfg(feature = "tpm")]
+            NodeKey::Tpm(k) => Ok(k.tls_signing_key()),
+        }
     }
 
     /// The SubjectPublicKeyInfo (DER): what the issued leaf must hold.
     pub fn spki_der(&self) -> Vec<u8> {
-        self.pair.subject_public_key_info()
+        match self {
+            NodeKey::File(k) => k.pair.subject_public_key_info(),
+            #[cfg(feature = "tpm")]
+            NodeKey::Tpm(k) => k.spki_der().to_vec(),
+        }
     }
 
     #[cfg(test)]
     pub(crate) fn key_pair(&self) -> &KeyPair {
-        &self.pair
+        match self {
+            NodeKey::File(k) => &k.pair,
+            #[cfg(feature = "tpm")]
+            NodeKey::Tpm(_) => panic!("a TPM key has no key pair"),
+        }
     }
 }
 
@@ -143,7 +241,12 @@ pub fn build_csr(key: &NodeKey) -> Result<Vec<u8>, KeyError> {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, "gatehouse-agent");
     params.distinguished_name = dn;
-    Ok(params.serialize_request(&key.pair)?.der().to_vec())
+    let csr = match key {
+        NodeKey::File(k) => params.serialize_request(&k.pair)?,
+        #[cfg(feature = "tpm")]
+        NodeKey::Tpm(k) => params.serialize_request(k)?,
+    };
+    Ok(csr.der().to_vec())
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 mod cert;
 mod client;
 mod cloud_iid;
+mod doctor;
 mod identity;
 mod key;
 mod lifecycle;
@@ -25,19 +26,23 @@ mod site;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod testutil;
+#[cfg(feature = "tpm")]
+pub mod tpm;
 mod verify;
 mod x509pop;
 
-pub use cert::{CertError, NodeCert};
+pub use cert::{CertError, NodeCert, ak_name};
 pub use client::{
     JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
 };
 pub use cloud_iid::{CloudIidProducer, DocumentError};
+pub use doctor::{Check, doctor};
 pub use identity::{
     CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, LoadedIdentity, NEXT_KEY_FILE,
-    commit_next, ensure_no_identity, load_identity, stage_next_key, write_identity,
+    TPM_CLEARED_HINT, commit_next, ensure_no_identity, load_identity, load_identity_with,
+    stage_next_key, write_identity,
 };
-pub use key::{KeyError, NodeKey, build_csr};
+pub use key::{FileKey, KeyError, NodeKey, build_csr};
 pub use lifecycle::{
     Action, AttemptError, Clock, Lifecycle, LifecycleError, LifecycleEvent, RenewPolicy, Schedule,
     Step, Validity,
@@ -46,7 +51,7 @@ pub use producer::{EvidenceProducer, JOIN_TOKEN, ProducerError, TokenProducer};
 pub use ramdisk::{
     BootCredentials, CmdlineError, DISCOVERY, DiscoveryProducer, local_claims, read_cmdline,
 };
-pub use renew::{RenewClient, RenewError};
+pub use renew::{Attester, RenewClient, RenewError};
 pub use reset::{IDENTITY_FILES, ResetMove, apply_reset, plan_reset, utc_stamp};
 pub use site::{BootEntry, SiteClient, SiteError, SiteLoop, boot_lease_name, cmdline_file_name};
 pub use verify::{ResponseError, Verified, verify_response};

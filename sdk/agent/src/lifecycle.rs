@@ -31,7 +31,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::cert::NodeCert;
 use crate::client::{JoinClient, JoinError, JoinOptions, join};
 use crate::identity::{
-    Identity, IdentityError, LoadedIdentity, commit_next, load_identity, stage_next_key,
+    Identity, IdentityError, LoadedIdentity, commit_next, load_identity_with, stage_next_key,
 };
 use crate::key::{KeyError, NodeKey};
 use crate::renew::{RenewClient, RenewError};
@@ -304,6 +304,8 @@ pub struct Lifecycle {
     options: JoinOptions,
     events: Option<UnboundedSender<LifecycleEvent>>,
     clock: Clock,
+    #[cfg(feature = "tpm")]
+    tpm: Option<crate::tpm::Tpm>,
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -328,7 +330,34 @@ impl Lifecycle {
             options: JoinOptions::default(),
             events: None,
             clock: Arc::new(now_ms),
+            #[cfg(feature = "tpm")]
+            tpm: None,
         }
+    }
+
+    /// Uses `tpm`: node keys kept in it load, every next node key is made in it, and a
+    /// certificate naming an AK (`urn:bc:tpm-ak:`) renews with that AK's certification of the
+    /// next key. Without a TPM such a certificate fails its renewals (no fallback).
+    #[cfg(feature = "tpm")]
+    pub fn with_tpm(mut self, tpm: crate::tpm::Tpm) -> Self {
+        self.tpm = Some(tpm);
+        self
+    }
+
+    fn load(&self) -> Result<LoadedIdentity, IdentityError> {
+        #[cfg(feature = "tpm")]
+        return load_identity_with(&self.dir, self.tpm.as_ref());
+        #[cfg(not(feature = "tpm"))]
+        return load_identity_with(&self.dir, None);
+    }
+
+    /// The next node key: in the TPM when there is one.
+    fn next_key(&self) -> Result<NodeKey, KeyError> {
+        #[cfg(feature = "tpm")]
+        if let Some(tpm) = &self.tpm {
+            return NodeKey::generate_in(tpm);
+        }
+        NodeKey::generate()
     }
 
     /// What an x509pop re-join sends besides its evidence (claims), and its loop's knobs.
@@ -356,7 +385,7 @@ impl Lifecycle {
         let mut schedule = Schedule::new(self.policy.clone());
         let mut stop = pin!(stop);
         loop {
-            let loaded = load_identity(&self.dir)?;
+            let loaded = self.load()?;
             let validity = Validity::from(&loaded.cert);
             match schedule.step((self.clock)(), validity) {
                 Step::Sleep(wait) => {
@@ -408,14 +437,50 @@ impl Lifecycle {
         action: Action,
         current: LoadedIdentity,
     ) -> Result<Identity, AttemptError> {
-        let next = NodeKey::generate()?;
-        stage_next_key(&self.dir, &next)?;
+        let next = self.next_key()?;
         let node_id = current.identity.node_id.clone();
+        let ak_name = crate::cert::ak_name(current.chain.first().map_or(&[][..], |c| c));
+        #[cfg(feature = "tpm")]
+        let attester = match (&ak_name, &self.tpm, &next) {
+            (None, _, _) => None,
+            (Some(name), Some(tpm), NodeKey::Tpm(key)) => {
+                Some((name.clone(), tpm.clone(), key.unique()))
+            }
+            (Some(_), _, _) => {
+                return Err(RenewError::Attestation(
+                    "the certificate names a TPM attestation key and no TPM is configured (--tpm)"
+                        .into(),
+                )
+                .into());
+            }
+        };
+        #[cfg(not(feature = "tpm"))]
+        if ak_name.is_some() {
+            return Err(RenewError::Attestation(
+                "the certificate names a TPM attestation key; this agent is built without TPM support".into(),
+            )
+            .into());
+        }
+        stage_next_key(&self.dir, &next)?;
         let (joined, attestor) = match action {
             Action::Renew => {
                 let client =
                     RenewClient::new(&self.server, &self.trust, &current.key, &current.chain)
                         .map_err(RenewError::from)?;
+                #[cfg(feature = "tpm")]
+                let joined = match attester {
+                    Some((name, tpm, unique)) => {
+                        let attest = move |csr: &[u8]| {
+                            tpm.key_attestation(name.clone(), unique, crate::verify::sha256(csr))
+                                .map_err(|e| RenewError::Attestation(e.to_string()))
+                        };
+                        client
+                            .renew_attested(&self.trust, &node_id, &next, Some(&attest))
+                            .await?
+                    }
+                    None => client.renew(&self.trust, &node_id, &next).await?,
+                };
+                #[cfg(not(feature = "tpm"))]
                 let joined = client.renew(&self.trust, &node_id, &next).await?;
                 (joined, current.identity.attestor)
             }
@@ -445,9 +510,7 @@ impl Lifecycle {
     }
 
     fn report_success(&self, action: Action, identity: &Identity) {
-        let serial = load_identity(&self.dir)
-            .map(|l| l.cert.serial)
-            .unwrap_or_default();
+        let serial = self.load().map(|l| l.cert.serial).unwrap_or_default();
         let (node_id, not_after_ms) = (identity.node_id.clone(), identity.not_after);
         let until = expires_in(not_after_ms - (self.clock)());
         match action {

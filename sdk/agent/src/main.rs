@@ -6,10 +6,11 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use gatehouse_agent::tpm::{TPM, Tpm, TpmNodeKey, TpmProducer};
 use gatehouse_agent::{
     CloudIidProducer, DiscoveryProducer, EvidenceProducer, JOIN_TOKEN, JoinClient, JoinOptions,
     Lifecycle, NodeKey, RenewPolicy, SiteLoop, TokenProducer, apply_reset, ensure_no_identity,
-    join, local_claims, plan_reset, read_cmdline, write_identity,
+    join, load_identity_with, local_claims, plan_reset, read_cmdline, write_identity,
 };
 use gatehouse_proto::cloud_iid::{CLOUD_IID, Provider};
 use gatehouse_proto::{Claims, JoinTrust, Role, TokenString};
@@ -24,8 +25,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Joins with a join token and writes node.key, node.crt and identity.json (with --reset,
-    /// after moving an earlier identity aside).
+    /// Joins with a join token (or, with --attestor tpm, with the TPM) and writes node.key,
+    /// node.crt and identity.json (with --reset, after moving an earlier identity aside).
     Join(JoinArgs),
     /// Keeps the identity in --dir alive: renews before the certificate runs out and, when it
     /// ran out anyway, re-joins as the same node with x509pop. Runs until SIGINT or SIGTERM.
@@ -37,6 +38,20 @@ enum Command {
     /// Commissioning ramdisk: reads bc.token and bc.assertion from the kernel command line
     /// and joins with attestor discovery as ramdisk, writing the identity to --out.
     Ramdisk(RamdiskArgs),
+    /// Reports where the node key lives (TPM or file), whether it loads and is the key the
+    /// node certificate certifies, and whether the TPM holds the attestation key the
+    /// certificate names. Exits 1 when a check fails.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DoctorArgs {
+    /// The identity directory.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// The TPM's TCTI (default: device:/dev/tpmrm0 when the node key is in the TPM).
+    #[arg(long, value_name = "TCTI")]
+    tpm: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -113,6 +128,10 @@ struct RunArgs {
     /// The SMBIOS product UUID to claim in an x509pop re-join.
     #[arg(long, value_name = "UUID", value_parser = parse_uuid)]
     product_uuid: Option<String>,
+    /// The TPM's TCTI, e.g. device:/dev/tpmrm0 or swtpm:host=127.0.0.1,port=2321 (default:
+    /// device:/dev/tpmrm0 when the node key is in the TPM or the certificate names an AK).
+    #[arg(long, value_name = "TCTI")]
+    tpm: Option<String>,
 }
 
 /// A fraction in (0, 1], written `0.5` or `1/3`.
@@ -152,8 +171,10 @@ struct JoinArgs {
     /// The join trust file (JSON: pinned TLS CA, node CA, join signing and encryption keys).
     #[arg(long, value_name = "FILE")]
     ca: PathBuf,
-    /// The file holding the join token (gh1.<id>.<secret>).
-    #[arg(long, value_name = "FILE", required_unless_present_any = ["userdata", "document_file"])]
+    /// The file holding the join token (gh1.<id>.<secret>); one of --token-file, --userdata
+    /// or --document-file is required, except with --attestor tpm, which reads no token
+    /// (giving one with it is a usage error).
+    #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// Instead of --token-file: the user data a provisioning workflow rendered (for example
     /// /var/lib/cloud/instance/user-data.txt); the one join token in it is used.
@@ -173,9 +194,18 @@ struct JoinArgs {
     /// The directory to write the identity to; it must not hold one yet.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
-    /// The attestor that decides; it must admit on the sealed token alone.
+    /// The attestor that decides: one that admits on the sealed token alone, or `tpm` (the
+    /// TPM is the credential; the node key is made in the TPM).
     #[arg(long, value_name = "ID", default_value = JOIN_TOKEN)]
     attestor: String,
+    /// With --attestor tpm: the TPM's TCTI (device:/dev/tpmrm0 on a host,
+    /// swtpm:host=127.0.0.1,port=N for a software TPM).
+    #[arg(long, value_name = "TCTI", default_value = gatehouse_agent::tpm::DEFAULT_TCTI)]
+    tpm: String,
+    /// With --attestor tpm: intermediate CA certificates (PEM) between the EK certificate and
+    /// the attestor's ekRoots, sent with the EK certificate.
+    #[arg(long, value_name = "FILE")]
+    ek_chain: Option<PathBuf>,
     /// The role to join as.
     #[arg(long, default_value = "node", value_parser = parse_role)]
     role: Role,
@@ -239,12 +269,14 @@ enum Failure {
     Join(anyhow::Error),
     /// `--reset` without `--yes`: nothing was done (exit 2).
     Unconfirmed,
+    /// `doctor` found a failing check (exit 1); the checks were printed.
+    Checks,
 }
 
 impl Failure {
     fn exit_code(&self) -> u8 {
         match self {
-            Failure::Join(_) => 1,
+            Failure::Join(_) | Failure::Checks => 1,
             Failure::Usage(_) | Failure::Unconfirmed => 2,
         }
     }
@@ -294,47 +326,72 @@ fn reset(
     Ok(())
 }
 
-/// The join token, from --token-file or from the user data a provisioning workflow rendered.
-fn read_token(args: &JoinArgs) -> Result<TokenString, Failure> {
-    match (&args.token_file, &args.userdata) {
-        (Some(file), _) => TokenString::parse(&read(file)?)
-            .with_context(|| file.display().to_string())
-            .map_err(usage),
-        (None, Some(userdata)) => gatehouse_proto::userdata::token_from_userdata(&read(userdata)?)
-            .with_context(|| userdata.display().to_string())
-            .map_err(usage),
-        (None, None) => Err(usage(anyhow::anyhow!("pass --token-file or --userdata"))),
+/// What a join proves itself with.
+enum Credential {
+    /// A join token (from --token-file or the user data).
+    Token(TokenString),
+    /// The identity document a cloud signed (cloud-iid), no token.
+    Document(gatehouse_proto::cloud_iid::CloudIidEvidence),
+    /// The TPM.
+    Tpm,
+}
+
+/// The credential `args` ask for: `--attestor tpm` reads no token and refuses one;
+/// `--document-file` joins on a cloud document; every other join needs `--token-file` or
+/// `--userdata`.
+fn credential(args: &JoinArgs) -> Result<Credential, Failure> {
+    if args.attestor == TPM {
+        if args.token_file.is_some() || args.userdata.is_some() || args.document_file.is_some() {
+            return Err(usage(anyhow::anyhow!(
+                "--token-file with --attestor tpm: the TPM is the credential, no token is read"
+            )));
+        }
+        return Ok(Credential::Tpm);
     }
+    if let Some(document) = &args.document_file {
+        let evidence =
+            CloudIidProducer::from_files(document, args.provider, args.signature_file.as_deref())
+                .map_err(usage)?;
+        return Ok(Credential::Document(evidence));
+    }
+    match (&args.token_file, &args.userdata) {
+        (Some(file), _) => Ok(Credential::Token(
+            TokenString::parse(&read(file)?)
+                .with_context(|| file.display().to_string())
+                .map_err(usage)?,
+        )),
+        (None, Some(userdata)) => Ok(Credential::Token(
+            gatehouse_proto::userdata::token_from_userdata(&read(userdata)?)
+                .with_context(|| userdata.display().to_string())
+                .map_err(usage)?,
+        )),
+        (None, None) => Err(usage(anyhow::anyhow!(
+            "--token-file (or --userdata, or --document-file) is required, except with \
+             --attestor tpm"
+        ))),
+    }
+}
+
+/// The certificates (DER) in a PEM file.
+fn read_pem_chain(path: &Path) -> Result<Vec<Vec<u8>>, Failure> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    CertificateDer::pem_slice_iter(read(path)?.as_bytes())
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: not PEM certificates", path.display()))
+        .map_err(usage)
 }
 
 async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     let trust = read_trust(&args.ca)?;
-    // A cloud document joins without a token (`--document-file`); everything else with one.
-    let (token, mut producer): (Option<TokenString>, Box<dyn EvidenceProducer>) =
-        match &args.document_file {
-            Some(document) => {
-                let evidence = CloudIidProducer::from_files(
-                    document,
-                    args.provider,
-                    args.signature_file.as_deref(),
-                )
-                .map_err(usage)?;
-                // The default attestor takes tokens; a document is cloud-iid's.
-                let attestor = if args.attestor == JOIN_TOKEN {
-                    CLOUD_IID
-                } else {
-                    args.attestor.as_str()
-                };
-                (
-                    None,
-                    Box::new(CloudIidProducer::new(attestor, args.role, evidence)),
-                )
-            }
-            None => (
-                Some(read_token(&args)?),
-                Box::new(TokenProducer::for_attestor(&args.attestor, args.role)),
-            ),
-        };
+    let credential = credential(&args)?;
+    let ek_chain = args
+        .ek_chain
+        .as_deref()
+        .map(read_pem_chain)
+        .transpose()?
+        .unwrap_or_default();
     let client = JoinClient::new(&args.server, &trust).map_err(usage)?;
     // Only once the invocation is known to be usable: a reset is not undone when the join
     // fails (a later plain join joins).
@@ -348,7 +405,6 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     }
     // Before the join: a refused write must not follow a spent token.
     ensure_no_identity(&args.out).map_err(usage)?;
-    let key = NodeKey::generate().map_err(|e| Failure::Join(e.into()))?;
     let options = JoinOptions {
         claims: Claims {
             macs: args.macs,
@@ -356,16 +412,44 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
         },
         ..JoinOptions::default()
     };
-    let joined = join(
-        &client,
-        &trust,
-        producer.as_mut(),
-        token.as_ref(),
-        &key,
-        &options,
-    )
-    .await
-    .map_err(|e| Failure::Join(e.into()))?;
+    let join_failed = |e: gatehouse_agent::JoinError| Failure::Join(e.into());
+    let (key, joined) = match credential {
+        Credential::Token(token) => {
+            let key = NodeKey::generate().map_err(|e| Failure::Join(e.into()))?;
+            let mut producer = TokenProducer::for_attestor(&args.attestor, args.role);
+            let joined = join(&client, &trust, &mut producer, Some(&token), &key, &options)
+                .await
+                .map_err(join_failed)?;
+            (key, joined)
+        }
+        Credential::Document(evidence) => {
+            let key = NodeKey::generate().map_err(|e| Failure::Join(e.into()))?;
+            // The default attestor takes tokens; a document is cloud-iid's.
+            let attestor = if args.attestor == JOIN_TOKEN {
+                CLOUD_IID
+            } else {
+                args.attestor.as_str()
+            };
+            let mut producer = CloudIidProducer::new(attestor, args.role, evidence);
+            let joined = join(&client, &trust, &mut producer, None, &key, &options)
+                .await
+                .map_err(join_failed)?;
+            (key, joined)
+        }
+        Credential::Tpm => {
+            let tpm = Tpm::open(&args.tpm).map_err(|e| Failure::Join(e.into()))?;
+            // The node key is made in the TPM; if it cannot be, the join stops rather than
+            // fall back to a file.
+            let node_key = TpmNodeKey::generate(&tpm).map_err(|e| Failure::Join(e.into()))?;
+            let mut producer =
+                TpmProducer::new(tpm, Some(node_key.clone())).with_ek_chain(ek_chain);
+            let key = NodeKey::Tpm(node_key);
+            let joined = join(&client, &trust, &mut producer, None, &key, &options)
+                .await
+                .map_err(join_failed)?;
+            (key, joined)
+        }
+    };
     let identity = write_identity(&args.out, &key, &joined)
         .context("joined, but the identity could not be written")
         .map_err(Failure::Join)?;
@@ -432,7 +516,56 @@ async fn run_ramdisk(args: RamdiskArgs) -> Result<(), Failure> {
         .map_err(Failure::Join)?;
     println!("node id: {}", identity.node_id);
     println!("SPIFFE ID: {}", identity.spiffe_id);
+    if key.in_tpm() {
+        println!("node key: in the TPM");
+    }
     Ok(())
+}
+
+/// The TPM a command on `dir` needs: the one `--tpm` names, else the host's TPM when the node
+/// key is in the TPM or the certificate names an AK; none otherwise.
+fn identity_tpm(dir: &Path, tcti: Option<&str>) -> Result<Option<Tpm>, Failure> {
+    let needs = || {
+        let key_in_tpm = std::fs::read_to_string(dir.join(gatehouse_agent::KEY_FILE))
+            .is_ok_and(|t| gatehouse_agent::tpm::is_record(&t));
+        let names_ak = std::fs::read(dir.join(gatehouse_agent::CERT_FILE))
+            .ok()
+            .and_then(|pem| {
+                use rustls::pki_types::CertificateDer;
+                use rustls::pki_types::pem::PemObject as _;
+                CertificateDer::pem_slice_iter(&pem).next()?.ok()
+            })
+            .is_some_and(|leaf| gatehouse_agent::ak_name(&leaf).is_some());
+        key_in_tpm || names_ak
+    };
+    let tcti = match tcti {
+        Some(t) => t,
+        None if needs() => gatehouse_agent::tpm::DEFAULT_TCTI,
+        None => return Ok(None),
+    };
+    Tpm::open(tcti)
+        .map(Some)
+        .map_err(|e| Failure::Join(e.into()))
+}
+
+fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
+    let tpm = match identity_tpm(&args.dir, args.tpm.as_deref()) {
+        Ok(tpm) => tpm,
+        Err(Failure::Join(e)) => {
+            println!("FAIL tpm: {e:#}");
+            None
+        }
+        Err(other) => return Err(other),
+    };
+    let checks = gatehouse_agent::doctor(&args.dir, tpm.as_ref());
+    for check in &checks {
+        println!("{check}");
+    }
+    if checks.iter().all(|c| c.ok) {
+        Ok(())
+    } else {
+        Err(Failure::Checks)
+    }
 }
 
 async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
@@ -443,8 +576,9 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
         backoff_max: args.backoff_max,
     };
     policy.validate().map_err(usage)?;
+    let tpm = identity_tpm(&args.dir, args.tpm.as_deref())?;
     // Fail early on a directory without an identity, and on an unusable server URL.
-    let loaded = gatehouse_agent::load_identity(&args.dir).map_err(usage)?;
+    let loaded = load_identity_with(&args.dir, tpm.as_ref()).map_err(usage)?;
     JoinClient::new(&args.server, &trust).map_err(usage)?;
     tracing::info!(
         node_id = %loaded.identity.node_id,
@@ -452,7 +586,7 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
         dir = %args.dir.display(),
         "keeping the node certificate renewed"
     );
-    let lifecycle =
+    let mut lifecycle =
         Lifecycle::new(&args.server, trust, args.dir, policy).with_join_options(JoinOptions {
             claims: Claims {
                 macs: args.macs,
@@ -460,6 +594,9 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
             },
             ..JoinOptions::default()
         });
+    if let Some(tpm) = tpm {
+        lifecycle = lifecycle.with_tpm(tpm);
+    }
     lifecycle
         .run(shutdown())
         .await
@@ -498,12 +635,14 @@ async fn main() -> ExitCode {
         Command::Run(args) => run_lifecycle(args).await,
         Command::Site(args) => run_site(args).await,
         Command::Ramdisk(args) => run_ramdisk(args).await,
+        Command::Doctor(args) => run_doctor(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             match &failure {
                 Failure::Join(e) | Failure::Usage(e) => eprintln!("gatehouse-agent: {e:#}"),
+                Failure::Checks => {}
                 Failure::Unconfirmed => eprintln!(
                     "gatehouse-agent: --reset moved nothing; run again with --reset --yes to move \
                      these aside and join"
@@ -562,6 +701,48 @@ mod tests {
     }
 
     #[test]
+    fn a_tpm_join_reads_no_token() {
+        let base = [
+            "gatehouse-agent",
+            "join",
+            "--server",
+            "https://h",
+            "--ca",
+            "c",
+            "--out",
+            "d",
+            "--attestor",
+            "tpm",
+        ];
+        let cli = Cli::try_parse_from(base).unwrap();
+        let Command::Join(args) = cli.command else {
+            panic!("a join")
+        };
+        assert_eq!(args.tpm, "device:/dev/tpmrm0");
+        assert!(matches!(credential(&args), Ok(Credential::Tpm)));
+        let cli = Cli::try_parse_from(base.iter().copied().chain([
+            "--token-file",
+            "t",
+            "--tpm",
+            "swtpm:port=2321",
+        ]))
+        .unwrap();
+        let Command::Join(args) = cli.command else {
+            panic!("a join")
+        };
+        assert_eq!(args.tpm, "swtpm:port=2321");
+        let failure = credential(&args).err().unwrap();
+        assert_eq!(failure.exit_code(), 2, "a token with --attestor tpm");
+        let cli =
+            Cli::try_parse_from(["gatehouse-agent", "doctor", "--dir", "d", "--tpm", "swtpm:"])
+                .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Doctor(DoctorArgs { tpm: Some(_), .. })
+        ));
+    }
+
+    #[test]
     fn parses_a_cloud_join() {
         let base = [
             "gatehouse-agent",
@@ -613,8 +794,12 @@ mod tests {
             "--out",
             "d",
         ];
-        let err = Cli::try_parse_from(base).unwrap_err();
-        assert_eq!(err.exit_code(), 2, "missing --token-file");
+        let cli = Cli::try_parse_from(base).unwrap();
+        let Command::Join(args) = cli.command else {
+            panic!("a join")
+        };
+        let failure = credential(&args).err().unwrap();
+        assert_eq!(failure.exit_code(), 2, "missing --token-file");
         for (flag, value) in [
             ("--role", "ramdisk"),
             ("--mac", "52:54:00"),

@@ -1,8 +1,11 @@
 //! Renewing a node certificate: `POST /v1/renew` over TLS authenticated by the current
 //! certificate, with a CSR of the next node key.
 
+use std::sync::Arc;
+
+use gatehouse_proto::tpm::TpmKeyAttestation;
 use gatehouse_proto::{JoinTrust, RenewRequest};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::CertificateDer;
 
 use crate::client::{JoinError, Joined, endpoint, http_client, post, tls_builder};
 use crate::key::{KeyError, NodeKey, build_csr};
@@ -34,7 +37,14 @@ pub enum RenewError {
     /// The next key's CSR could not be made.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// The TPM could not prove the next key (the certificate names an AK, so the renewal is
+    /// not sent without the proof).
+    #[error("the TPM key attestation failed: {0}")]
+    Attestation(String),
 }
+
+/// Makes a renewal's TPM key attestation for a CSR (DER).
+pub type Attester<'a> = &'a (dyn Fn(&[u8]) -> Result<TpmKeyAttestation, RenewError> + Sync);
 
 impl From<JoinError> for RenewError {
     fn from(e: JoinError) -> Self {
@@ -74,10 +84,26 @@ impl RenewClient {
             .iter()
             .map(|c| CertificateDer::from(c.clone()))
             .collect();
-        let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.pkcs8_der()));
+        // rustls checks this for key bytes; a signing key it cannot check.
+        let spki = key.spki_der();
+        let matches = chain.first().is_some_and(|c| {
+            use x509_parser::prelude::FromDer as _;
+            x509_parser::certificate::X509Certificate::from_der(c.as_ref())
+                .is_ok_and(|(_, leaf)| leaf.public_key().raw == spki.as_slice())
+        });
+        if !matches {
+            return Err(JoinError::Setup(
+                "client certificate: the key is not the leaf's".into(),
+            ));
+        }
+        // Through a signing key rather than key bytes: a node key in the TPM signs the
+        // handshake there.
+        let signing = key
+            .tls_signing_key()
+            .map_err(|e| JoinError::Setup(format!("client key: {e}")))?;
+        let certified = rustls::sign::CertifiedKey::new(chain, signing);
         let tls = tls_builder(trust)?
-            .with_client_auth_cert(chain, private)
-            .map_err(|e| JoinError::Setup(format!("client certificate: {e}")))?;
+            .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)));
         Ok(Self {
             http: http_client(tls)?,
             renew_url,
@@ -94,13 +120,26 @@ impl RenewClient {
         node_id: &str,
         next: &NodeKey,
     ) -> Result<Joined, RenewError> {
+        self.renew_attested(trust, node_id, next, None).await
+    }
+
+    /// [`RenewClient::renew`], with the TPM key attestation `attester` makes for the CSR when
+    /// the current certificate names an AK.
+    pub async fn renew_attested(
+        &self,
+        trust: &JoinTrust,
+        node_id: &str,
+        next: &NodeKey,
+        attester: Option<Attester<'_>>,
+    ) -> Result<Joined, RenewError> {
         let csr = build_csr(next)?;
+        let key_attestation = attester.map(|a| a(&csr)).transpose()?;
         let response = post(
             &self.http,
             &self.renew_url,
             &RenewRequest {
                 csr: csr.clone(),
-                key_attestation: None,
+                key_attestation,
             },
         )
         .await?;

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 use crate::Joined;
-use crate::identity::{KEY_FILE, NEXT_KEY_FILE, write_identity};
+use crate::identity::{KEY_FILE, NEXT_KEY_FILE, load_identity, write_identity};
 use crate::testutil::{
     Pki, TlsCa, csr_key, joined_body, proof, request_body, serve_https_with, sha256, tls_ca,
 };

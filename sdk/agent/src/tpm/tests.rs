@@ -1,0 +1,252 @@
+//! The TPM module against swtpm: a real TPM 2.0 with an EK certificate from a local CA.
+
+use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED, UnparsedPublicKey};
+use gatehouse_proto::Challenge;
+use gatehouse_proto::tpm::{TpmChallenge, TpmEvidence, ak_statement};
+use tss_esapi::structures::{Attest, AttestInfo, Public, Signature};
+use tss_esapi::traits::UnMarshall as _;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use super::swtpm::{LocalCa, Swtpm};
+use super::*;
+use crate::producer::EvidenceProducer as _;
+
+fn started() -> (LocalCa, Swtpm, Tpm) {
+    let ca = LocalCa::new().unwrap();
+    let sw = Swtpm::start(&ca).unwrap();
+    let tpm = sw.open().unwrap();
+    (ca, sw, tpm)
+}
+
+/// Verifies a TPMT_SIGNATURE (ECDSA) over `message` by the P-256 key in `public`.
+fn verify(public: &[u8], message: &[u8], signature: &[u8]) -> bool {
+    let public = Public::unmarshall(public).unwrap();
+    let (point, _) = p256_public(&public).unwrap();
+    let Signature::EcDsa(sig) = Signature::unmarshall(signature).unwrap() else {
+        panic!("not ECDSA")
+    };
+    let mut rs = fixed32(sig.signature_r()).unwrap().to_vec();
+    rs.extend(fixed32(sig.signature_s()).unwrap());
+    UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, point)
+        .verify(message, &rs)
+        .is_ok()
+}
+
+#[test]
+fn enrollment_carries_the_ek_its_certificate_and_an_attestation_key() {
+    let (ca, _sw, tpm) = started();
+    let e = tpm.enrollment().unwrap();
+    assert_eq!(e.v, 1);
+    // The EK is the default RSA-2048 EK, and its certificate certifies it.
+    let Public::Rsa {
+        unique,
+        object_attributes,
+        ..
+    } = Public::unmarshall(&e.ek_public).unwrap()
+    else {
+        panic!("an RSA EK")
+    };
+    assert!(object_attributes.restricted() && object_attributes.decrypt());
+    let (_, cert) = X509Certificate::from_der(&e.ek_certificate).unwrap();
+    let modulus = match cert.public_key().parsed().unwrap() {
+        x509_parser::public_key::PublicKey::RSA(rsa) => rsa.modulus.to_vec(),
+        other => panic!("{other:?}"),
+    };
+    let modulus = modulus
+        .strip_prefix(&[0u8][..])
+        .unwrap_or(&modulus)
+        .to_vec();
+    assert_eq!(modulus, unique.value());
+    // Issued by the local CA's intermediate.
+    let inter = ca.intermediate_der().unwrap();
+    let (_, inter) = X509Certificate::from_der(&inter).unwrap();
+    cert.verify_signature(Some(inter.public_key())).unwrap();
+    // The AK: a restricted P-256 signing key made in the TPM.
+    let Public::Ecc {
+        object_attributes: a,
+        ..
+    } = Public::unmarshall(&e.ak_public).unwrap()
+    else {
+        panic!("a P-256 AK")
+    };
+    assert!(a.restricted() && a.sign_encrypt() && !a.decrypt());
+    assert!(a.fixed_tpm() && a.fixed_parent() && a.sensitive_data_origin());
+    // Nothing persisted: the same keys again.
+    let again = tpm.enrollment().unwrap();
+    assert_eq!(
+        (&again.ek_public, &again.ak_public),
+        (&e.ek_public, &e.ak_public)
+    );
+    assert!(ak_statement(&tpm_name(&e.ak_public)).is_some());
+}
+
+#[test]
+fn answers_a_make_credential_challenge_with_a_quote_and_a_certified_node_key() {
+    let (_ca, _sw, tpm) = started();
+    let node_key = TpmNodeKey::generate(&tpm).unwrap();
+    let mut producer = TpmProducer::new(tpm.clone(), Some(node_key.clone()));
+    let csr = crate::key::build_csr(&crate::NodeKey::Tpm(node_key.clone())).unwrap();
+    let TpmEvidence::Enroll(e) = serde_json::from_slice(&producer.evidence(&csr).unwrap()).unwrap()
+    else {
+        panic!("round 1 is an enrollment")
+    };
+    let secret = b"0123456789abcdef0123456789abcdef".to_vec();
+    let (blob, seed) = tpm
+        .make_credential(e.ek_public.clone(), tpm_name(&e.ak_public), secret.clone())
+        .unwrap();
+    let payload = serde_json::to_vec(&TpmChallenge {
+        v: 1,
+        credential_blob: blob,
+        encrypted_secret: seed,
+        state: b"sealed".to_vec(),
+    })
+    .unwrap();
+    let challenge = Challenge {
+        attestor: "tpm".into(),
+        payload,
+        not_after: 0,
+    };
+    let TpmEvidence::Answer(a) =
+        serde_json::from_slice(&producer.answer(&challenge, &csr).unwrap()).unwrap()
+    else {
+        panic!("round 2 is an answer")
+    };
+    assert_eq!(a.secret, secret, "only this TPM activates the credential");
+    assert_eq!(a.state, b"sealed");
+    // The quote: signed by the AK over the marshalled TPMS_ATTEST, extraData the nonce.
+    assert!(verify(&e.ak_public, &a.quote.attest, &a.quote.signature));
+    let attest = Attest::unmarshall(&a.quote.attest).unwrap();
+    let nonce = sha256(&gatehouse_proto::tpm::quote_nonce_input(
+        &secret,
+        &sha256(&csr),
+    ));
+    assert_eq!(attest.extra_data().value(), nonce);
+    assert!(matches!(attest.attested(), AttestInfo::Quote { .. }));
+    let indices: Vec<u8> = a.quote.pcrs.iter().map(|p| p.index).collect();
+    assert_eq!(indices, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert!(
+        a.quote
+            .pcrs
+            .iter()
+            .all(|p| p.hash_alg == 0x000b && p.digest.len() == 32)
+    );
+    // The node key: certified by the AK over sha256(csr), its name the public area's.
+    let certified = a.node_key.unwrap();
+    assert_eq!(certified.public, node_key.public_area());
+    assert!(verify(
+        &e.ak_public,
+        &certified.certify_info,
+        &certified.signature
+    ));
+    let info = Attest::unmarshall(&certified.certify_info).unwrap();
+    assert_eq!(info.extra_data().value(), sha256(&csr));
+    let AttestInfo::Certify { info } = info.attested() else {
+        panic!("a certification")
+    };
+    assert_eq!(info.name().value(), tpm_name(&certified.public));
+    // A flipped byte no longer verifies.
+    let mut flipped = a.quote.attest.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    assert!(!verify(&e.ak_public, &flipped, &a.quote.signature));
+}
+
+#[test]
+fn node_keys_derive_again_sign_and_change_after_a_clear() {
+    let (_ca, _sw, tpm) = started();
+    let key = TpmNodeKey::generate(&tpm).unwrap();
+    let again = TpmNodeKey::from_record(&tpm, &key.record_pem()).unwrap();
+    assert_eq!(
+        again.spki_der(),
+        key.spki_der(),
+        "the same unique derives the same key"
+    );
+    // ES256 by the TPM verifies against the SPKI.
+    let sig = key.sign_fixed(b"message").unwrap();
+    let (_, spki) = x509_parser::x509::SubjectPublicKeyInfo::from_der(key.spki_der()).unwrap();
+    UnparsedPublicKey::new(
+        &ECDSA_P256_SHA256_FIXED,
+        spki.subject_public_key.data.as_ref(),
+    )
+    .verify(b"message", &sig)
+    .unwrap();
+    // A CSR signed in the TPM.
+    let node_key = crate::NodeKey::Tpm(key.clone());
+    let der = crate::key::build_csr(&node_key).unwrap();
+    let (_, csr) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(&der).unwrap();
+    csr.verify_signature().unwrap();
+    assert_eq!(
+        csr.certification_request_info.subject_pki.raw,
+        key.spki_der()
+    );
+    // The renewal proof refuses another AK, and certifies with this one.
+    let ak = tpm.ak_public().unwrap();
+    assert!(matches!(
+        tpm.key_attestation(vec![0x00, 0x0b, 1, 2], key.unique(), [0; 32]),
+        Err(TpmError::OtherAk)
+    ));
+    let proof = tpm
+        .key_attestation(tpm_name(&ak), key.unique(), [9; 32])
+        .unwrap();
+    assert_eq!(proof.ak_public, ak);
+    assert_eq!(proof.key_public, key.public_area());
+    assert!(verify(&ak, &proof.certify_info, &proof.signature));
+    // TPM2_Clear: the owner seed changes, the endorsement seed does not.
+    let ek = tpm.enrollment().unwrap().ek_public;
+    tpm.clear().unwrap();
+    let after = TpmNodeKey::derive(&tpm, key.unique()).unwrap();
+    assert_ne!(
+        after.spki_der(),
+        key.spki_der(),
+        "another key from the same record"
+    );
+    assert_eq!(tpm.ak_public().unwrap(), ak, "the AK survives a clear");
+    assert_eq!(tpm.enrollment().unwrap().ek_public, ek, "so does the EK");
+}
+
+#[test]
+fn a_new_tpm_has_another_ek_from_the_same_ca() {
+    let (ca, _a, first) = started();
+    let second = Swtpm::start(&ca).unwrap();
+    let other = second.open().unwrap();
+    let (a, b) = (first.enrollment().unwrap(), other.enrollment().unwrap());
+    assert_ne!(a.ek_public, b.ek_public);
+    assert_ne!(a.ak_public, b.ak_public);
+}
+
+#[test]
+fn bad_tctis_are_refused() {
+    assert!(matches!(
+        Tpm::open("carrier-pigeon:"),
+        Err(TpmError::Tcti(_))
+    ));
+    assert!(matches!(
+        Tpm::open("swtpm:host=127.0.0.1,port=1"),
+        Err(TpmError::Open { .. })
+    ));
+}
+
+#[test]
+fn odd_keys_are_certified_with_their_attributes() {
+    let (_ca, _sw, tpm) = started();
+    let ak = tpm.ak_public().unwrap();
+    for odd in [OddKey::Decrypt, OddKey::NotFixedTpm] {
+        let certified = tpm.certify_odd_key(odd, [1; 32]).unwrap();
+        assert!(
+            verify(&ak, &certified.certify_info, &certified.signature),
+            "{odd:?}"
+        );
+        let Public::Ecc {
+            object_attributes: a,
+            ..
+        } = Public::unmarshall(&certified.public).unwrap()
+        else {
+            panic!("P-256")
+        };
+        match odd {
+            OddKey::Decrypt => assert!(a.decrypt() && a.sign_encrypt() && a.fixed_tpm()),
+            OddKey::NotFixedTpm => assert!(!a.fixed_tpm() && !a.fixed_parent()),
+        }
+    }
+}
