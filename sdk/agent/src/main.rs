@@ -775,7 +775,6 @@ mod tests {
         assert_eq!(args.signature_file.as_deref(), Some(Path::new("pkcs7")));
         for bad in [
             &["--document-file", "d", "--token-file", "t"][..],
-            &["--provider", "gcp", "--token-file", "t"],
             &["--document-file", "d", "--provider", "ibm"],
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");

@@ -142,7 +142,7 @@ mod tests {
         assert!(!is_pattern_list(&owned(&["*"])));
         assert!(!is_pattern_list(&owned(&["a.*.b"])));
         assert!(!is_pattern_list(&owned(&["a,b"])));
-        assert!(!is_pattern_list(&vec!["a".repeat(65)]));
+        assert!(!is_pattern_list(&["a".repeat(65)]));
         assert!(!is_pattern_list(
             &(0..20)
                 .map(|i| format!("{i}{}", "a".repeat(40)))
