@@ -680,6 +680,7 @@ mod tests {
                 claims: &c,
                 now: 0,
                 node: None,
+                minted_for: None,
             })
         };
         let good = format!("urn:bc:tpm-ak:sha256:{}", "ab".repeat(32));

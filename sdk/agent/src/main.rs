@@ -8,9 +8,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gatehouse_agent::tpm::{TPM, Tpm, TpmNodeKey, TpmProducer};
 use gatehouse_agent::{
-    CloudIidProducer, DiscoveryProducer, EvidenceProducer, JOIN_TOKEN, JoinClient, JoinOptions,
-    Lifecycle, NodeKey, RenewPolicy, SiteLoop, TokenProducer, apply_reset, ensure_no_identity,
-    join, load_identity_with, local_claims, plan_reset, read_cmdline, write_identity,
+    CloudIidProducer, DiscoveryProducer, JOIN_TOKEN, JoinClient, JoinOptions, Lifecycle, NodeKey,
+    RenewPolicy, SiteLoop, TokenProducer, apply_reset, ensure_no_identity, join,
+    load_identity_with, local_claims, plan_reset, read_cmdline, write_identity,
 };
 use gatehouse_proto::cloud_iid::{CLOUD_IID, Provider};
 use gatehouse_proto::{Claims, JoinTrust, Role, TokenString};
@@ -852,7 +852,10 @@ mod tests {
             panic!("a join")
         };
         assert_eq!(args.attestor, "provisioned");
-        assert_eq!(read_token(&args).unwrap(), token);
+        let Ok(Credential::Token(read)) = credential(&args) else {
+            panic!("no token read from the user data")
+        };
+        assert_eq!(read, token);
         let both = base
             .iter()
             .copied()

@@ -80,30 +80,7 @@ impl RenewClient {
         chain: &[Vec<u8>],
     ) -> Result<Self, JoinError> {
         let renew_url = endpoint(server, "/v1/renew")?;
-        let chain: Vec<CertificateDer<'static>> = chain
-            .iter()
-            .map(|c| CertificateDer::from(c.clone()))
-            .collect();
-        // rustls checks this for key bytes; a signing key it cannot check.
-        let spki = key.spki_der();
-        let matches = chain.first().is_some_and(|c| {
-            use x509_parser::prelude::FromDer as _;
-            x509_parser::certificate::X509Certificate::from_der(c.as_ref())
-                .is_ok_and(|(_, leaf)| leaf.public_key().raw == spki.as_slice())
-        });
-        if !matches {
-            return Err(JoinError::Setup(
-                "client certificate: the key is not the leaf's".into(),
-            ));
-        }
-        // Through a signing key rather than key bytes: a node key in the TPM signs the
-        // handshake there.
-        let signing = key
-            .tls_signing_key()
-            .map_err(|e| JoinError::Setup(format!("client key: {e}")))?;
-        let certified = rustls::sign::CertifiedKey::new(chain, signing);
-        let tls = tls_builder(trust)?
-            .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)));
+        let tls = mtls_config(trust, key, chain)?;
         Ok(Self {
             http: http_client(tls)?,
             renew_url,
@@ -145,6 +122,39 @@ impl RenewClient {
         .await?;
         admit(trust, &response, &csr, next, node_id)
     }
+}
+
+/// The TLS client configuration of a node talking to the host over mTLS: the pinned CA, and
+/// `chain` (leaf first, DER) presented with `key`, checked to be the leaf's key.
+pub(crate) fn mtls_config(
+    trust: &JoinTrust,
+    key: &NodeKey,
+    chain: &[Vec<u8>],
+) -> Result<rustls::ClientConfig, JoinError> {
+    let chain: Vec<CertificateDer<'static>> = chain
+        .iter()
+        .map(|c| CertificateDer::from(c.clone()))
+        .collect();
+    // rustls checks this for key bytes; a signing key it cannot check.
+    let spki = key.spki_der();
+    let matches = chain.first().is_some_and(|c| {
+        use x509_parser::prelude::FromDer as _;
+        x509_parser::certificate::X509Certificate::from_der(c.as_ref())
+            .is_ok_and(|(_, leaf)| leaf.public_key().raw == spki.as_slice())
+    });
+    if !matches {
+        return Err(JoinError::Setup(
+            "client certificate: the key is not the leaf's".into(),
+        ));
+    }
+    // Through a signing key rather than key bytes: a node key in the TPM signs the
+    // handshake there.
+    let signing = key
+        .tls_signing_key()
+        .map_err(|e| JoinError::Setup(format!("client key: {e}")))?;
+    let certified = rustls::sign::CertifiedKey::new(chain, signing);
+    Ok(tls_builder(trust)?
+        .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified))))
 }
 
 /// The renewal answer's verification: a join's, no deferral, the same node.

@@ -15,10 +15,9 @@ use gatehouse_proto::discovery::{
 };
 use gatehouse_proto::site::{DiscoveryToken, DiscoveryTokenRequest, LeaseRequest, LeaseState};
 use gatehouse_proto::{ACCESS_DENIED, ApiError, JoinTrust};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde::{Deserialize, Serialize};
 
-use crate::client::{JoinError, endpoint, http_client, tls_builder};
+use crate::client::{JoinError, endpoint, http_client};
 use crate::identity::LoadedIdentity;
 use crate::key::{KeyError, NodeKey};
 use crate::verify::sha256;
@@ -103,15 +102,7 @@ impl SiteClient {
         site_id: &str,
     ) -> Result<Self, SiteError> {
         let base = endpoint(server, "/")?;
-        let chain: Vec<CertificateDer<'static>> = identity
-            .chain
-            .iter()
-            .map(|c| CertificateDer::from(c.clone()))
-            .collect();
-        let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.key.pkcs8_der()));
-        let tls = tls_builder(trust)?
-            .with_client_auth_cert(chain, private)
-            .map_err(|e| JoinError::Setup(format!("client certificate: {e}")))?;
+        let tls = crate::renew::mtls_config(trust, &identity.key, &identity.chain)?;
         Ok(Self {
             http: http_client(tls)?,
             base,
