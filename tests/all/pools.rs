@@ -126,9 +126,7 @@ fn assert_denied<T: std::fmt::Debug>(result: Result<T, JoinError>, what: &str) {
 /// nothing.
 async fn tpm_only_pool_refuses_tokens(backend: Backend) {
     let host = TestHost::start(backend).await;
-    // `tpm` is not loaded on this host yet, so the API would refuse `["tpm"]`: the row is
-    // written through the store, as a policy written while a tpm attestor was loaded (and
-    // still in force after it was unloaded) would be.
+    // The row is written through the store, as the API would write it (`tpm` is built in).
     insert_pool(
         &host,
         PoolRow {
@@ -279,7 +277,7 @@ async fn pools_invalid_policies_are_refused_with_invalid_input() {
     let bad = [
         json!([]),
         json!(seventeen),
-        json!(["tpm"]), // not loaded on this host
+        json!(["vtpm"]), // not loaded on this host
         json!(["join-token", "no-such-attestor"]),
         json!(["join-token", 7]),
         json!([["join-token"]]),
@@ -561,9 +559,13 @@ async fn pools_the_cli_creates_lists_shows_and_updates_pools() {
         .unwrap(),
         "pool root/gpu created: join attestors join-token,x509pop\n"
     );
-    let err = cli(&host, d, &["create", "tpm-pool", "--join-attestors", "tpm"])
-        .await
-        .unwrap_err();
+    let err = cli(
+        &host,
+        d,
+        &["create", "vtpm-pool", "--join-attestors", "vtpm"],
+    )
+    .await
+    .unwrap_err();
     assert!(err.contains("INVALID_INPUT"), "{err}");
     let listed = cli(&host, d, &["list"]).await.unwrap();
     assert_eq!(listed.lines().count(), 2, "{listed}");
