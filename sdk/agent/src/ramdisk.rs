@@ -110,7 +110,7 @@ mod tests {
     #[test]
     fn reads_the_command_line() {
         let creds = read_cmdline(
-            "BOOT_IMAGE=/vmlinuz console=ttyS0 bc.token=gh1.tok_a.c2VjcmV0 bc.assertion=eyJ4IjoxfQ.AQ quiet\n",
+            "BOOT_IMAGE=/vmlinuz console=ttyS0 bc.token=gh1.tok_a.AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8 bc.assertion=eyJ4IjoxfQ.AQ quiet\n",
         )
         .unwrap();
         assert_eq!(creds.token.id, "tok_a");
@@ -120,7 +120,7 @@ mod tests {
             Err(CmdlineError::NoToken)
         ));
         assert!(matches!(
-            read_cmdline("bc.token=gh1.tok_a.c2VjcmV0"),
+            read_cmdline("bc.token=gh1.tok_a.AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"),
             Err(CmdlineError::NoAssertion)
         ));
         assert!(matches!(
