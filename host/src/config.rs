@@ -15,6 +15,7 @@
 //! [runtime]
 //! call_timeout_ms = 250
 //! memory_limit_mib = 64
+//! max_calls_per_attestor = 4       # more calls of one attestor at once are refused attestor-busy
 //! attestors_dir = "attestors"
 //!
 //! [attestors.join-token]
@@ -155,6 +156,8 @@ pub struct RuntimeSection {
     pub memory_limit_mib: usize,
     /// Attestor calls at once.
     pub max_concurrent_calls: u32,
+    /// Calls of one attestor at once; a join past it is refused `attestor-busy` at once.
+    pub max_calls_per_attestor: u32,
     /// `.wasm` attestors to add or replace built-ins with.
     pub attestors_dir: Option<PathBuf>,
     /// Compiled-component cache (default `<data_dir>/cache`).
@@ -167,6 +170,7 @@ impl Default for RuntimeSection {
             call_timeout_ms: 250,
             memory_limit_mib: 64,
             max_concurrent_calls: 64,
+            max_calls_per_attestor: crate::runtime::DEFAULT_CALLS_PER_ATTESTOR,
             attestors_dir: None,
             cache_dir: None,
         }
@@ -243,6 +247,11 @@ impl Config {
                 "runtime.max_concurrent_calls must be 1 to 4096".into(),
             ));
         }
+        if !(1..=r.max_concurrent_calls).contains(&r.max_calls_per_attestor) {
+            return Err(ConfigError::Invalid(
+                "runtime.max_calls_per_attestor must be 1 to runtime.max_concurrent_calls".into(),
+            ));
+        }
         if !(60..=24 * 3600).contains(&self.join.cert_ttl_seconds) {
             return Err(ConfigError::Invalid(
                 "join.cert_ttl_seconds must be 60 to 86400".into(),
@@ -312,6 +321,7 @@ impl Config {
             call_timeout: Duration::from_millis(r.call_timeout_ms),
             memory_limit: r.memory_limit_mib << 20,
             max_concurrent_calls: r.max_concurrent_calls,
+            max_calls_per_attestor: r.max_calls_per_attestor,
             cache_dir: Some(self.path(r.cache_dir.as_deref().unwrap_or(Path::new("cache")))),
             attestors_dir: r.attestors_dir.as_deref().map(|d| self.path(d)),
             attestors: self

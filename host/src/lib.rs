@@ -1,9 +1,10 @@
 //! Gatehouse: a WebAssembly-pluggable attestation host.
 //!
-//! A machine sends evidence to `POST /v1/join`; [`join::JoinService`] opens one database
-//! transaction, hands the evidence to an attestor (a WebAssembly component run by
-//! [`runtime`]), enforces the policy no attestor may skip, issues the node certificate
-//! ([`pki`]) and answers with a signed response.
+//! A machine sends evidence to `POST /v1/join`; [`join::JoinService`] hands the evidence to an
+//! attestor (a WebAssembly component run by [`runtime`], on committed reads with its writes
+//! buffered), then in one short database transaction checks what the attestor read still
+//! holds, enforces the policy no attestor may skip, issues the node certificate ([`pki`]) and
+//! answers with a signed response.
 
 pub mod api;
 pub mod app;

@@ -98,6 +98,8 @@ pub struct TestHost {
     pub running: Running,
     pub trust: JoinTrust,
     pub admin_key: String,
+    /// The database URL the host runs on.
+    pub database_url: String,
     created_database: Option<String>,
 }
 
@@ -206,6 +208,7 @@ impl TestHost {
             running,
             trust,
             admin_key,
+            database_url,
             created_database,
         })
     }
@@ -460,4 +463,22 @@ pub async fn drop_postgres(name: &str) {
             .await;
         let _ = conn.close().await;
     }
+}
+
+/// Waits until `n` backends of the database wait on a lock.
+pub async fn lock_waiters(conn: &mut sqlx::PgConnection, n: i64) {
+    for _ in 0..400 {
+        let (waiting,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        if waiting >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} joins never waited on a lock");
 }

@@ -428,3 +428,69 @@ async fn the_site_api_admits_only_live_site_nodes_for_their_own_site() {
         host.stop().await;
     }
 }
+
+/// Rule 10, deterministically: the boot lease changes hands while a ramdisk's join is in
+/// flight. The attestor reads the lease at the epoch the assertion was signed under (the move
+/// is not committed yet); the join's locked phase then waits on the lease row's lock, the move
+/// commits, the re-read sees epoch 2, the round runs again and the attestor refuses
+/// `lease-epoch`. No ramdisk node is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_a_lease_moved_mid_join_admits_nothing() {
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let host = TestHost::start(Backend::Postgres).await;
+    let (dir_a, _) = site_node(&host).await;
+    let (_dir_b, id_b) = site_node(&host).await;
+    let a = site_client(&host, &dir_a, SITE);
+    let lease = a.acquire(Duration::from_secs(60)).await.unwrap();
+    let mac = "52:54:00:00:1a:01";
+    let now = wall_ms();
+    let rendered = a
+        .render_boot(&lease, &entry(mac, now + 60 * MIN), now)
+        .await
+        .unwrap();
+    let nodes_before = host
+        .running
+        .db
+        .begin()
+        .await
+        .unwrap()
+        .list_nodes()
+        .await
+        .unwrap()
+        .len();
+
+    let mut moving = host.running.db.begin().await.unwrap();
+    moving
+        .put_lease(&gatehouse::store::LeaseRow {
+            name: lease.name.clone(),
+            holder: id_b,
+            epoch: lease.epoch + 1,
+            expires_at: host.now().await + 60_000,
+        })
+        .await
+        .unwrap();
+    use sqlx::Connection as _;
+    let mut watch = sqlx::PgConnection::connect(&host.database_url)
+        .await
+        .unwrap();
+    let (joined, ()) = tokio::join!(ramdisk_join(&host, &rendered, &[mac]), async {
+        crate::common::lock_waiters(&mut watch, 1).await;
+        moving.commit().await.unwrap();
+    });
+    refused(joined);
+    assert_eq!(last_refusal(&host).await, "lease-epoch");
+    let nodes_after = host
+        .running
+        .db
+        .begin()
+        .await
+        .unwrap()
+        .list_nodes()
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(nodes_after, nodes_before, "a ramdisk node was admitted");
+    host.stop().await;
+}

@@ -19,4 +19,5 @@ mod renew;
 mod response;
 mod sandbox;
 mod tpm;
+mod transactions;
 mod x509pop;

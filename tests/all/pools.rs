@@ -621,3 +621,41 @@ async fn pools_the_cli_creates_lists_shows_and_updates_pools() {
     );
     host.stop().await;
 }
+
+/// Rule 10, deterministically: an operator narrows a pool's policy to `tpm` while a token join
+/// into the pool is in flight. The join's locked phase shares the pool row's lock before it
+/// reads the policy, so it waits for the update; the update commits, the join reads the new
+/// policy and is refused `pool-attestor`, spending nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_a_policy_updated_mid_join_is_the_one_enforced() {
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let host = TestHost::start(Backend::Postgres).await;
+    create_pool(&host, json!({ "id": "gpu" })).await;
+    let token = pool_token(&host, "root", "gpu").await;
+
+    let mut updating = host.running.db.begin().await.unwrap();
+    assert!(
+        updating
+            .update_pool_policy("root", "gpu", Some(&["tpm".to_owned()]))
+            .await
+            .unwrap()
+    );
+    use sqlx::Connection as _;
+    let mut watch = sqlx::PgConnection::connect(&host.database_url)
+        .await
+        .unwrap();
+    let (joined, ()) = tokio::join!(token_join(&host, &token), async {
+        crate::common::lock_waiters(&mut watch, 1).await;
+        updating.commit().await.unwrap();
+    });
+    assert_denied(joined, "a join into a pool whose policy changed mid-join");
+    assert_eq!(
+        host.refusal_reasons().await.last().map(String::as_str),
+        Some("pool-attestor")
+    );
+    assert_eq!(token_row(&host, &token.id).await.uses_left, 1);
+    assert!(nodes(&host).await.is_empty(), "a node was admitted");
+    host.stop().await;
+}

@@ -4,7 +4,6 @@
 //! refusal writes nothing, and a proof admits once, across replicas sharing one PostgreSQL.
 
 use std::path::Path;
-use std::time::Duration;
 
 use gatehouse::store::{NodeCertRow, NodeRole, NodeRow, Revocation};
 use gatehouse_agent::{
@@ -16,7 +15,9 @@ use gatehouse_proto::{Challenge, Claims, JoinRequest, JoinResponse, Role};
 use rcgen::{KeyPair, PKCS_ECDSA_P256_SHA256, PublicKeyData as _, SigningKey as _};
 use sha2::{Digest, Sha256};
 
-use crate::common::{Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres};
+use crate::common::{
+    Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres, lock_waiters,
+};
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
@@ -581,24 +582,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Waits until `n` backends of the database wait on a lock.
-async fn lock_waiters(conn: &mut sqlx::PgConnection, n: i64) {
-    for _ in 0..400 {
-        let (waiting,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-        if waiting >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{n} joins never waited on a lock");
-}
-
 /// Two replicas sharing one PostgreSQL database and the PKI.
 async fn replicas(data: &Path, url: &str) -> (TestHost, TestHost) {
     let first = TestHost::start_with(HostOptions {
@@ -676,4 +659,54 @@ async fn x509pop_a_proof_admits_once_across_replicas() {
     first.stop().await;
     second.stop().await;
     drop_postgres(&name).await;
+}
+
+/// Rule 10, deterministically: an operator revokes the proving certificate while the join is
+/// in flight. The attestor reads the certificate live (the revocation is not committed yet),
+/// then the join's locked phase waits on the certificate's row lock; the revocation commits,
+/// the re-read sees it, the round runs again and the attestor refuses `revoked`. Nothing is
+/// issued, re-keyed or recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x509pop_a_certificate_revoked_mid_join_admits_nothing() {
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let host = TestHost::start(Backend::Postgres).await;
+    let held = Held::offline(&host).await;
+    let serial = held.row(&host).await.serial;
+    let mut pop = held.proof(&host, Role::Node).await;
+    let request = pop.request();
+    let subject = format!("x509pop:{}", hex(&Sha256::digest(pop.input(&request.csr))));
+    let before = snapshot(&host, &held.node_id).await;
+
+    let mut revoking = host.running.db.begin().await.unwrap();
+    assert!(
+        revoking
+            .revoke_node_cert(&held.node_id, &serial)
+            .await
+            .unwrap()
+    );
+    use sqlx::Connection as _;
+    let mut watch = sqlx::PgConnection::connect(&host.database_url)
+        .await
+        .unwrap();
+    let (joined, ()) = tokio::join!(send(&host, &request), async {
+        lock_waiters(&mut watch, 1).await;
+        revoking.commit().await.unwrap();
+    });
+    assert_denied(joined, "a join whose certificate was revoked mid-join");
+    assert_last_reason(&host, "revoked").await;
+    let (node_after, certs_after) = snapshot(&host, &held.node_id).await;
+    assert_eq!(node_after, before.0, "the node was re-keyed");
+    assert_eq!(
+        certs_after.len(),
+        before.1.len(),
+        "a certificate was issued"
+    );
+    let mut tx = host.running.db.begin().await.unwrap();
+    let now = tx.now().await.unwrap();
+    let recorded = tx.use_live("x509pop", &subject, now).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(!recorded, "the proof was recorded");
+    host.stop().await;
 }

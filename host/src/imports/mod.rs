@@ -1,14 +1,16 @@
 //! The host side of the attestor world's imports.
 //!
 //! One [`CallState`] is the data of one wasmtime `Store`: a single attestor call. It holds the
-//! deny-by-default WASI context, the memory limiter, and the [`Session`]: the join's open
-//! transaction (behind [`TxBackend`]), the PKI (for sealed challenge state) and the
+//! deny-by-default WASI context, the memory limiter, and the [`Session`]: the join's storage
+//! (behind [`TxBackend`]; on the join path [`Staged`], which reads committed state and buffers
+//! writes until JoinService's short locked phase), the PKI (for sealed challenge state) and the
 //! [`Effects`] JoinService checks after the call (which tokens were locked and consumed, which
-//! evidence recorded, whether storage failed).
+//! evidence recorded, whether storage failed, whether a write limit was met).
 
 mod backend;
 mod crypto;
 mod limits;
+mod staged;
 mod store_tx;
 pub mod tpm;
 mod transaction;
@@ -22,6 +24,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub use backend::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
 pub(crate) use limits::MemoryLimiter;
+pub use staged::{Apply, Settle, Staged};
 pub(crate) use store_tx::node as wit_node;
 
 /// The representation of the `tx` borrow every `verify` call is given.
@@ -39,6 +42,22 @@ const STDERR_CAPACITY: usize = 16 * 1024;
 /// call's deadline, so without this a guest could keep a transaction open by calling the host
 /// in a loop.
 pub(crate) const MAX_TX_CALLS: u32 = 256;
+
+/// The most bytes one attestor call may pass through the `transaction` interface, arguments
+/// and values read together (the per-call copy limit). Past it the call traps.
+pub(crate) const MAX_TX_BYTES: usize = 4 << 20;
+
+/// The most writes one call may make (kv-put, kv-delete, record-use, open-join-request,
+/// consume-token, consume-join-request). A round applies one call's writes, so this is also
+/// the per-round limit, deferral rounds included.
+pub(crate) const MAX_WRITES: u32 = 32;
+
+/// The most bytes one call may write (keys, values, ledger subjects, join request subjects
+/// and details).
+pub(crate) const MAX_WRITE_BYTES: usize = 256 * 1024;
+
+/// The most single-use records one call may make.
+pub(crate) const MAX_RECORDED_USES: usize = 8;
 
 /// What one attestor call may reach: the transaction of the join round it decides.
 pub struct Session<B> {
@@ -89,6 +108,15 @@ pub struct Effects {
     pub storage_failures: u32,
     /// Transaction calls made (bounded by [`MAX_TX_CALLS`]).
     pub tx_calls: u32,
+    /// Bytes passed through the transaction interface (bounded by [`MAX_TX_BYTES`]).
+    pub tx_bytes: usize,
+    /// Writes made (bounded by [`MAX_WRITES`]).
+    pub writes: u32,
+    /// Bytes written (bounded by [`MAX_WRITE_BYTES`]).
+    pub write_bytes: usize,
+    /// The write limit the attestor met, if any. A call that met one cannot admit or defer:
+    /// JoinService refuses it and applies none of its writes.
+    pub write_limit: Option<&'static str>,
 }
 
 /// The data of one attestor call's `Store`.
@@ -147,6 +175,45 @@ impl<B: TxBackend> CallState<B> {
             wasmtime::bail!("attestor made more than {MAX_TX_CALLS} transaction calls");
         }
         Ok(session)
+    }
+
+    /// Counts `bytes` copied through the transaction interface against [`MAX_TX_BYTES`].
+    fn copied(&mut self, bytes: usize) -> wasmtime::Result<()> {
+        if let Some(session) = self.session.as_mut() {
+            session.effects.tx_bytes = session.effects.tx_bytes.saturating_add(bytes);
+            if session.effects.tx_bytes > MAX_TX_BYTES {
+                wasmtime::bail!(
+                    "attestor passed more than {MAX_TX_BYTES} bytes through the transaction"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts one write of `bytes` against the per-call write limits; the limit met, if any
+    /// (also remembered in [`Effects::write_limit`], so the call cannot admit or defer).
+    fn write(&mut self, bytes: usize, ledger: bool) -> Option<&'static str> {
+        let session = self.session.as_mut()?;
+        let e = &mut session.effects;
+        let met = if e.writes >= MAX_WRITES {
+            Some("writes per call")
+        } else if e.write_bytes.saturating_add(bytes) > MAX_WRITE_BYTES {
+            Some("bytes written per call")
+        } else if ledger && e.recorded_uses.len() >= MAX_RECORDED_USES {
+            Some("single-use records per call")
+        } else {
+            None
+        };
+        match met {
+            Some(limit) => {
+                e.write_limit.get_or_insert(limit);
+            }
+            None => {
+                e.writes += 1;
+                e.write_bytes += bytes;
+            }
+        }
+        met
     }
 }
 

@@ -13,7 +13,7 @@ use crate::runtime::bindings::types::{JoinRole, TokenRole};
 use crate::store::{self, StoreError, Tx};
 
 /// How long an operator has to decide a join request.
-const JOIN_REQUEST_TTL_MS: i64 = 24 * 3600 * 1000;
+pub(super) const JOIN_REQUEST_TTL_MS: i64 = 24 * 3600 * 1000;
 
 fn fail(e: StoreError) -> BackendError {
     BackendError(e.to_string())
@@ -93,7 +93,7 @@ pub(crate) fn node(n: store::NodeRow) -> Node {
     }
 }
 
-fn join_request(r: store::JoinRequestRow) -> JoinRequestRow {
+pub(super) fn join_request(r: store::JoinRequestRow) -> JoinRequestRow {
     JoinRequestRow {
         id: r.id,
         state: match r.state {

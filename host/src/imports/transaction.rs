@@ -1,6 +1,7 @@
 //! The host side of the WIT `transaction` interface: checks arguments, scopes per-attestor
-//! data to the calling attestor, records [`super::Effects`], and times every operation so the
-//! guest's deadline does not count the database.
+//! data to the calling attestor, bounds what one call may copy and write, records
+//! [`super::Effects`], and times every operation so the guest's deadline does not count the
+//! database.
 
 use std::time::Instant;
 
@@ -47,6 +48,11 @@ fn check_rep(tx: &Resource<Tx>) -> wasmtime::Result<()> {
     Ok(())
 }
 
+/// The answer to a write past a per-call limit.
+fn over_limit(limit: &str) -> TxError {
+    TxError::Invalid(format!("write limit reached: {limit}"))
+}
+
 fn check_len(what: &str, len: usize, max: usize) -> Result<(), TxError> {
     if len > max {
         return Err(TxError::Invalid(format!("{what} longer than {max} bytes")));
@@ -69,6 +75,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         id: String,
     ) -> wasmtime::Result<Result<Option<Token>, TxError>> {
+        self.copied(id.len())?;
         if let Err(e) = check_len("token id", id.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -84,6 +91,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         id: String,
     ) -> wasmtime::Result<Result<u32, TxError>> {
+        self.copied(id.len())?;
         let locked = self
             .session
             .as_ref()
@@ -93,6 +101,10 @@ impl<B: TxBackend> HostTx for CallState<B> {
             return Ok(Err(TxError::Invalid(
                 "the token is not locked in this transaction".into(),
             )));
+        }
+        if let Some(limit) = self.write(id.len(), false) {
+            check_rep(&tx)?;
+            return Ok(Err(over_limit(limit)));
         }
         let outcome = timed!(self, tx, |s| s.backend.consume_token(&id), TxError::Storage);
         Ok(match outcome {
@@ -114,6 +126,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         id: String,
     ) -> wasmtime::Result<Result<Option<Node>, TxError>> {
+        self.copied(id.len())?;
         if let Err(e) = check_len("node id", id.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -125,6 +138,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         der: Vec<u8>,
     ) -> wasmtime::Result<Result<Option<NodeCert>, TxError>> {
+        self.copied(der.len())?;
         if let Err(e) = check_len("certificate", der.len(), MAX_DER) {
             return Ok(Err(e));
         }
@@ -142,6 +156,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         node_id: String,
         spki_sha256: Vec<u8>,
     ) -> wasmtime::Result<Result<Option<NodeCert>, TxError>> {
+        self.copied(node_id.len() + spki_sha256.len())?;
         if let Err(e) = check_len("node id", node_id.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -162,6 +177,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         mac: String,
     ) -> wasmtime::Result<Result<Option<Inventory>, TxError>> {
+        self.copied(mac.len())?;
         if let Err(e) = check_len("mac", mac.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -179,6 +195,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         kind: String,
         value: String,
     ) -> wasmtime::Result<Result<Option<String>, TxError>> {
+        self.copied(kind.len() + value.len())?;
         if let Err(e) = check_len("binding", kind.len() + value.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -195,6 +212,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         name: String,
     ) -> wasmtime::Result<Result<Option<Lease>, TxError>> {
+        self.copied(name.len())?;
         if let Err(e) = check_len("lease name", name.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -211,6 +229,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         node_id: String,
     ) -> wasmtime::Result<Result<Option<Inventory>, TxError>> {
+        self.copied(node_id.len())?;
         if let Err(e) = check_len("node id", node_id.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -227,6 +246,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         token_id: String,
     ) -> wasmtime::Result<Result<Option<Workflow>, TxError>> {
+        self.copied(token_id.len())?;
         if let Err(e) = check_len("token id", token_id.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -244,8 +264,14 @@ impl<B: TxBackend> HostTx for CallState<B> {
         subject: String,
         expires_at: i64,
     ) -> wasmtime::Result<Result<(), UseError>> {
+        self.copied(subject.len())?;
         if subject.is_empty() || subject.len() > MAX_NAME {
             // A subject the ledger cannot hold must not admit: report it as a storage failure.
+            check_rep(&tx)?;
+            return Ok(Err(UseError::Storage));
+        }
+        if self.write(subject.len(), true).is_some() {
+            // `use-error` has no variant for it; the call cannot admit either way.
             check_rep(&tx)?;
             return Ok(Err(UseError::Storage));
         }
@@ -273,6 +299,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         subject: String,
         details: String,
     ) -> wasmtime::Result<Result<JoinRequestRow, TxError>> {
+        self.copied(subject.len() + details.len())?;
         if let Err(e) = check_len("subject", subject.len(), MAX_NAME).and(check_len(
             "details",
             details.len(),
@@ -282,6 +309,10 @@ impl<B: TxBackend> HostTx for CallState<B> {
         }
         if serde_json::from_str::<serde_json::Value>(&details).is_err() {
             return Ok(Err(TxError::Invalid("details must be JSON".into())));
+        }
+        if let Some(limit) = self.write(subject.len() + details.len(), false) {
+            check_rep(&tx)?;
+            return Ok(Err(over_limit(limit)));
         }
         Ok(timed!(
             self,
@@ -298,6 +329,7 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         id: String,
     ) -> wasmtime::Result<Result<Option<JoinRequestRow>, TxError>> {
+        self.copied(id.len())?;
         if let Err(e) = check_len("join request id", id.len(), MAX_NAME) {
             return Ok(Err(e));
         }
@@ -314,8 +346,13 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         id: String,
     ) -> wasmtime::Result<Result<(), TxError>> {
+        self.copied(id.len())?;
         if let Err(e) = check_len("join request id", id.len(), MAX_NAME) {
             return Ok(Err(e));
+        }
+        if let Some(limit) = self.write(id.len(), false) {
+            check_rep(&tx)?;
+            return Ok(Err(over_limit(limit)));
         }
         let consumed = timed!(
             self,
@@ -342,15 +379,20 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, TxError>> {
+        self.copied(key.len())?;
         if let Err(e) = check_len("key", key.len(), MAX_NAME) {
             return Ok(Err(e));
         }
-        Ok(timed!(
+        let value = timed!(
             self,
             tx,
             |s| s.backend.kv_get(&s.attestor, &key),
             TxError::Storage
-        ))
+        );
+        if let Ok(Some(v)) = &value {
+            self.copied(v.len())?;
+        }
+        Ok(value)
     }
 
     async fn kv_put(
@@ -359,10 +401,15 @@ impl<B: TxBackend> HostTx for CallState<B> {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<(), TxError>> {
+        self.copied(key.len() + value.len())?;
         if let Err(e) =
             check_len("key", key.len(), MAX_NAME).and(check_len("value", value.len(), MAX_VALUE))
         {
             return Ok(Err(e));
+        }
+        if let Some(limit) = self.write(key.len() + value.len(), false) {
+            check_rep(&tx)?;
+            return Ok(Err(over_limit(limit)));
         }
         Ok(timed!(
             self,
@@ -377,8 +424,13 @@ impl<B: TxBackend> HostTx for CallState<B> {
         tx: Resource<Tx>,
         key: String,
     ) -> wasmtime::Result<Result<(), TxError>> {
+        self.copied(key.len())?;
         if let Err(e) = check_len("key", key.len(), MAX_NAME) {
             return Ok(Err(e));
+        }
+        if let Some(limit) = self.write(key.len(), false) {
+            check_rep(&tx)?;
+            return Ok(Err(over_limit(limit)));
         }
         Ok(timed!(
             self,

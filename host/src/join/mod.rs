@@ -1,11 +1,15 @@
 //! JoinService: one join round, natively.
 //!
 //! The work that needs no row runs before the transaction (parse and verify the CSR, open the
-//! sealed token); then one transaction: the attestor's call, JoinService's own policy
-//! ([`policy`]), the node and certificate rows, the audit row and the event, then commit, and
-//! only then the signed answer. A refusal rolls the attestor's writes back (no token use, no
-//! evidence recorded) and records the refusal in a transaction of its own; a deferral commits
-//! the attestor's rows and issues and spends nothing.
+//! sealed token). Then the attestor's call, with no transaction held: it reads committed
+//! state and its writes are buffered ([`crate::imports::Staged`]). Then one short write
+//! transaction, the locked phase: the rows the attestor read are locked and read again (a
+//! change reruns the round, at most [`MAX_ATTEMPTS`] times, then `join-conflict`), the
+//! buffered writes applied, JoinService's own policy ([`policy`]), the node and certificate
+//! rows, the audit row and the event, then commit, and only then the signed answer. A refusal
+//! applies none of the attestor's writes (no token use, no evidence recorded) and records the
+//! refusal in a transaction of its own; a deferral applies only the attestor's own rows (join
+//! requests, key/value) and issues and spends nothing.
 
 mod key_attestation;
 pub mod policy;
@@ -19,13 +23,13 @@ use gatehouse_proto::{
     Challenge, Deferral as WireDeferral, JoinRequest, JoinResponse, JoinResponseBody, Pending, Role,
 };
 
-use crate::imports::Session;
+use crate::imports::{Apply, Effects, Session, Settle, Staged};
 use crate::pki::{IssueRequest, Pki, VerifiedCsr, verify_csr};
 use crate::runtime::Runtime;
 use crate::runtime::bindings::types::{
     self as wit, Deferral, HardwareClaims, JoinRole, NodeKeyAttestation, OpenedToken, Outcome,
 };
-use crate::store::{Db, NewNode, NewNodeCert, NodeRole, StoreError, Tx};
+use crate::store::{Db, NewNode, NewNodeCert, NodeRole, RowLock, StoreError, Tx};
 pub use record::ClientInfo;
 use record::{Decision, Round};
 
@@ -37,6 +41,15 @@ const RAMDISK_MAX_TTL_SECONDS: u32 = 2 * 3600;
 const DEFAULT_RETRY_AFTER_SECONDS: u32 = 30;
 /// Most rounds one join may take.
 const MAX_ROUND: u8 = 16;
+/// How often one round runs its attestor when what it read changes before the locked phase;
+/// then the round is refused `join-conflict`.
+const MAX_ATTEMPTS: u32 = 3;
+
+/// What the attestor decided, for the locked phase.
+enum Decided {
+    Deferred(Deferral),
+    Admitted(wit::AttestationResult),
+}
 
 /// Why a round produced no signed answer.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +81,7 @@ impl Default for JoinSettings {
 /// Runs join rounds.
 pub struct JoinService {
     db: Db,
-    runtime: Arc<Runtime<Tx>>,
+    runtime: Arc<Runtime<Staged>>,
     pki: Arc<Pki>,
     settings: JoinSettings,
     /// Where refusals are copied to, if configured ([`sink`]).
@@ -77,7 +90,12 @@ pub struct JoinService {
 
 impl JoinService {
     /// A JoinService over a database, the loaded attestors and the PKI.
-    pub fn new(db: Db, runtime: Arc<Runtime<Tx>>, pki: Arc<Pki>, settings: JoinSettings) -> Self {
+    pub fn new(
+        db: Db,
+        runtime: Arc<Runtime<Staged>>,
+        pki: Arc<Pki>,
+        settings: JoinSettings,
+    ) -> Self {
         Self {
             db,
             runtime,
@@ -94,7 +112,7 @@ impl JoinService {
     }
 
     /// The attestors this service runs.
-    pub fn runtime(&self) -> &Runtime<Tx> {
+    pub fn runtime(&self) -> &Runtime<Staged> {
         &self.runtime
     }
 
@@ -171,57 +189,96 @@ impl JoinService {
             round: round.round,
         };
 
-        let tx = self.db.begin().await.map_err(|e| unavailable("begin", e))?;
-        let session = Session::new(
-            round.attestor.clone(),
-            tx,
-            self.pki.clone(),
-            csr.sha256.to_vec(),
-        );
-        let call = self
-            .runtime
-            .verify(&round.attestor, session, &wit_request)
-            .await;
-        round.elapsed = call.elapsed;
-        let outcome = match call.result {
-            Ok(outcome) => outcome,
-            Err(fault) => {
-                // The session (and its transaction) is dropped here: rolled back.
-                drop(call.session);
-                let decision = Decision::refused(fault.reason()).detail(fault.to_string());
-                return Err(self.refuse(&mut round, decision).await);
-            }
-        };
-        let Some(session) = call.session else {
-            return Err(self
-                .refuse(&mut round, Decision::refused("attestor-fault"))
-                .await);
-        };
+        for attempt in 1..=MAX_ATTEMPTS {
+            // The guest runs on committed reads with its writes buffered: no transaction, no
+            // lock and no connection is held while it runs (rule: one attestor cannot stall
+            // the others).
+            let session = Session::new(
+                round.attestor.clone(),
+                Staged::new(self.db.clone(), round.attestor.clone()),
+                self.pki.clone(),
+                csr.sha256.to_vec(),
+            );
+            let call = self
+                .runtime
+                .verify(&round.attestor, session, &wit_request)
+                .await;
+            round.elapsed += call.elapsed;
+            let outcome = match call.result {
+                Ok(outcome) => outcome,
+                Err(fault) => {
+                    let decision = Decision::refused(fault.reason()).detail(fault.to_string());
+                    return Err(self.refuse(&mut round, decision).await);
+                }
+            };
+            let Some(session) = call.session else {
+                return Err(self
+                    .refuse(&mut round, Decision::refused("attestor-fault"))
+                    .await);
+            };
+            let (decided, apply) = match outcome {
+                Outcome::Refused(r) => {
+                    round.token_id = r.token_id.clone().or(round.token_id.take());
+                    round.node_id = r.node_id.clone();
+                    round.tenant_id = r.tenant_id.clone();
+                    return Err(self.refuse(&mut round, Decision::refused(&r.reason)).await);
+                }
+                Outcome::Deferred(d) => (Decided::Deferred(d), Apply::OwnRows),
+                Outcome::Admitted(r) => (Decided::Admitted(r), Apply::Everything),
+            };
 
-        match outcome {
-            Outcome::Refused(r) => {
-                drop(session);
-                round.token_id = r.token_id.clone().or(round.token_id.take());
-                round.node_id = r.node_id.clone();
-                round.tenant_id = r.tenant_id.clone();
-                Err(self.refuse(&mut round, Decision::refused(&r.reason)).await)
+            // The locked phase: short and host-side. Lock and re-read what the decision read,
+            // apply the buffered writes, then JoinService's policy, issuance, audit and commit.
+            let Session {
+                backend: staged,
+                mut effects,
+                ..
+            } = session;
+            let mut tx = self.db.begin().await.map_err(|e| unavailable("begin", e))?;
+            let changed = match staged.settle(&mut tx, &mut effects, apply).await {
+                Ok(()) => None,
+                Err(Settle::Conflict(what)) => {
+                    Some(format!("{what} changed while the attestor ran"))
+                }
+                Err(Settle::Store(e)) if e.is_contention() => Some(e.to_string()),
+                Err(Settle::NoUsesLeft(id)) => {
+                    drop(tx);
+                    round.token_id = Some(id);
+                    return Err(self
+                        .refuse(&mut round, Decision::refused("no-uses-left"))
+                        .await);
+                }
+                Err(e) => return Err(unavailable("settle", e)),
+            };
+            if let Some(changed) = changed {
+                drop(tx);
+                tracing::info!(attestor = %round.attestor, attempt, %changed, "join round run again");
+                if attempt == MAX_ATTEMPTS {
+                    let decision = Decision::refused("join-conflict").detail(changed);
+                    return Err(self.refuse(&mut round, decision).await);
+                }
+                continue;
             }
-            Outcome::Deferred(deferral) => self.defer(&mut round, session, deferral, &csr).await,
-            Outcome::Admitted(result) => {
-                self.admit(&mut round, session, result, &request, &csr)
-                    .await
-            }
+            return match decided {
+                Decided::Deferred(deferral) => self.defer(&mut round, tx, deferral, &csr).await,
+                Decided::Admitted(result) => {
+                    self.admit(&mut round, tx, effects, result, &request, &csr)
+                        .await
+                }
+            };
         }
+        Err(self
+            .refuse(&mut round, Decision::refused("join-conflict"))
+            .await)
     }
 
     async fn defer(
         &self,
         round: &mut Round,
-        session: Session<Tx>,
+        mut tx: Tx,
         deferral: Deferral,
         csr: &VerifiedCsr,
     ) -> Result<JoinResponse, JoinError> {
-        let mut tx = session.backend;
         let wire = match deferral {
             Deferral::Approval(a) => {
                 round.subject = Some(format!("join-request:{}", a.request_id));
@@ -269,22 +326,24 @@ impl JoinService {
     async fn admit(
         &self,
         round: &mut Round,
-        session: Session<Tx>,
+        mut tx: Tx,
+        effects: Effects,
         result: wit::AttestationResult,
         request: &JoinRequest,
         csr: &VerifiedCsr,
     ) -> Result<JoinResponse, JoinError> {
-        let Session {
-            backend: mut tx,
-            effects,
-            ..
-        } = session;
         round.subject = result.subject.clone();
         round.node_key = result.node_key;
         round.token_id = result.token_id.clone().or(round.token_id.take());
         let now = tx.now().await.map_err(|e| unavailable("now", e))?;
         let stored = match &result.node_id {
-            Some(id) => tx.node(id).await.map_err(|e| unavailable("node", e))?,
+            Some(id) => {
+                // Locked for the rest of the round (rule: decisions read locked rows).
+                tx.lock_rows(&[RowLock::Node(id.clone())])
+                    .await
+                    .map_err(|e| unavailable("lock node", e))?;
+                tx.node(id).await.map_err(|e| unavailable("node", e))?
+            }
             None => None,
         };
         let existing_role = stored.as_ref().map(|n| n.role);
@@ -322,6 +381,14 @@ impl JoinService {
         // verified the machine already, so the refusal is the pool owner's: the event is the
         // pool's tenant's and names the pool and its owner.
         if let Some(pool_id) = &placement.pool_id {
+            // Shared-locked until commit: a policy update waits for this join, or committed
+            // before and is read here.
+            tx.lock_rows(&[RowLock::Pool {
+                tenant_id: placement.tenant_id.clone(),
+                id: pool_id.clone(),
+            }])
+            .await
+            .map_err(|e| unavailable("lock pool", e))?;
             let pool = tx
                 .pool(&placement.tenant_id, pool_id)
                 .await
@@ -365,8 +432,11 @@ impl JoinService {
                     .map_err(|e| unavailable("rekey", e))?;
                 if !moved {
                     // Another reclaim committed first, or the node was retired or deleted
-                    // meanwhile: the agent retries and is then admitted or refused afresh.
-                    return Err(unavailable("rekey", "a concurrent reclaim moved the node"));
+                    // meanwhile: refused with its reason (the agent may retry and is then
+                    // admitted or refused afresh), never a bare failure.
+                    drop(tx);
+                    round.node_id = Some(id.clone());
+                    return Err(self.refuse(round, Decision::refused("reclaim-raced")).await);
                 }
                 tx.revoke_node_certs_below(id, generation)
                     .await
@@ -534,7 +604,7 @@ impl JoinService {
 /// policy lets that token re-key exactly that node ([`policy::Facts::minted_for`]).
 async fn provisioned_target(
     tx: &mut Tx,
-    effects: &crate::imports::Effects,
+    effects: &Effects,
     result: &wit::AttestationResult,
 ) -> Result<Option<String>, StoreError> {
     let provisioned = effects

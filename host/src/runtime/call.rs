@@ -37,6 +37,12 @@ pub enum Fault {
     /// The guest returned an outcome that breaks the ABI's rules.
     #[error("the attestor returned a malformed outcome: {0}")]
     Malformed(String),
+    /// As many calls of this attestor as it may have at once are running.
+    #[error("the attestor has as many calls running as it may")]
+    Busy,
+    /// The guest met a per-call write limit and still admitted or deferred.
+    #[error("the attestor met a write limit: {0}")]
+    WriteLimit(&'static str),
 }
 
 impl Fault {
@@ -45,6 +51,8 @@ impl Fault {
         match self {
             Fault::Storage => "storage-error",
             Fault::UnknownAttestor => "unknown-attestor",
+            Fault::Busy => "attestor-busy",
+            Fault::WriteLimit(_) => "write-limit",
             _ => "attestor-fault",
         }
     }
@@ -121,6 +129,8 @@ pub(super) async fn verify<B: TxBackend>(
             .as_ref()
             .is_some_and(|s| s.effects.storage_failures > 0)
     };
+    let write_limit =
+        |state: &CallState<B>| state.session.as_ref().and_then(|s| s.effects.write_limit);
     match result {
         Err(_abandoned) => {
             tracing::warn!(attestor = %id, ?elapsed, "attestor call abandoned past the wall-clock backstop");
@@ -155,6 +165,13 @@ pub(super) async fn verify<B: TxBackend>(
                     if storage_failed(store.data()) && !matches!(outcome, Outcome::Refused(_)) =>
                 {
                     Err(Fault::Storage)
+                }
+                // Nor on writes it was told were refused past a limit.
+                Ok(()) if !matches!(outcome, Outcome::Refused(_)) => {
+                    match write_limit(store.data()) {
+                        Some(limit) => Err(Fault::WriteLimit(limit)),
+                        None => Ok(outcome),
+                    }
                 }
                 Ok(()) => Ok(outcome),
             };

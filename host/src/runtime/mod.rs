@@ -15,6 +15,7 @@ mod loader;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -34,6 +35,11 @@ pub const WIT_VERSION: &str = "0.1.0";
 /// The WIT package name.
 pub const WIT_PACKAGE: &str = "better-compute:attestor";
 
+/// Calls of one attestor at once unless configured. A slow or hostile attestor then takes at
+/// most this many of the host's instance slots and cores' time; joins through it past this are
+/// refused `attestor-busy` at once, and joins through other attestors are not delayed.
+pub const DEFAULT_CALLS_PER_ATTESTOR: u32 = 4;
+
 /// How the runtime loads and bounds attestors.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -43,6 +49,8 @@ pub struct RuntimeConfig {
     pub memory_limit: usize,
     /// Calls running at once; more wait for a slot (the pooling allocator's size).
     pub max_concurrent_calls: u32,
+    /// Calls of one attestor running at once; more are refused at once ([`Fault::Busy`]).
+    pub max_calls_per_attestor: u32,
     /// Where compiled components are cached; none to compile at every start.
     pub cache_dir: Option<PathBuf>,
     /// A directory of `.wasm` attestors that add to (or, by id, replace) the built-ins.
@@ -57,6 +65,7 @@ impl Default for RuntimeConfig {
             call_timeout: Duration::from_millis(250),
             memory_limit: 64 << 20,
             max_concurrent_calls: 64,
+            max_calls_per_attestor: DEFAULT_CALLS_PER_ATTESTOR,
             cache_dir: None,
             attestors_dir: None,
             attestors: BTreeMap::new(),
@@ -83,6 +92,9 @@ pub enum RuntimeError {
     /// The epoch ticker thread could not start.
     #[error("cannot start the epoch ticker: {0}")]
     Ticker(#[source] std::io::Error),
+    /// The threads guest code runs on could not start.
+    #[error("cannot start the attestor threads: {0}")]
+    Threads(#[source] std::io::Error),
     /// The host's imports could not be linked.
     #[error("cannot link the host imports: {0}")]
     Linker(#[source] wasmtime::Error),
@@ -99,12 +111,15 @@ struct Loaded<B: TxBackend> {
     summary: AttestorSummary,
     pre: AttestorPre<CallState<B>>,
     config: String,
+    /// Its share of the calls: at most `max_calls_per_attestor` at once.
+    calls: Arc<Semaphore>,
 }
 
 /// The attestors this host runs and the engine that runs them.
 pub struct Runtime<B: TxBackend> {
     attestors: BTreeMap<String, Loaded<B>>,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
+    guests: GuestThreads,
     call_timeout: Duration,
     memory_limit: usize,
     // Last: the ticker stops when the runtime is dropped.
@@ -148,11 +163,13 @@ impl<B: TxBackend> Runtime<B> {
                             summary: l.summary,
                             pre: l.pre,
                             config: l.config,
+                            calls: Arc::new(Semaphore::new(config.max_calls_per_attestor as usize)),
                         },
                     )
                 })
                 .collect(),
-            slots: Semaphore::new(config.max_concurrent_calls as usize),
+            slots: Arc::new(Semaphore::new(config.max_concurrent_calls as usize)),
+            guests: GuestThreads::start()?,
             call_timeout: config.call_timeout,
             memory_limit: config.memory_limit,
             _ticker: ticker,
@@ -194,21 +211,75 @@ impl<B: TxBackend> Runtime<B> {
         let Some(loaded) = self.attestors.get(id) else {
             return CallOutcome::fault(Fault::UnknownAttestor, Some(session));
         };
+        // Past its share, a join through this attestor is refused now rather than queued:
+        // queued joins would hold requests, memory and clients' connections for nothing.
+        let Ok(share) = loaded.calls.clone().try_acquire_owned() else {
+            return CallOutcome::fault(Fault::Busy, Some(session));
+        };
         // The semaphore is never closed, so acquire fails only if it were; treat that as a
         // fault rather than run past the pool's size.
-        let Ok(_slot) = self.slots.acquire().await else {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
             return CallOutcome::fault(Fault::Trap("no instance slot".into()), Some(session));
         };
-        call::verify(
-            &loaded.pre,
-            id,
-            &loaded.config,
-            session,
-            request,
-            self.call_timeout,
-            self.memory_limit,
-        )
-        .await
+        let (pre, id, config, request) = (
+            loaded.pre.clone(),
+            id.to_owned(),
+            loaded.config.clone(),
+            request.clone(),
+        );
+        let (timeout, memory_limit) = (self.call_timeout, self.memory_limit);
+        // The call, and the permits it holds, run to their end on the guest threads even if
+        // the join that started it is abandoned: the deadline bounds it.
+        let call = self.guests.spawn(async move {
+            let outcome =
+                call::verify(&pre, &id, &config, session, &request, timeout, memory_limit).await;
+            drop((share, slot));
+            outcome
+        });
+        match call.await {
+            Ok(outcome) => outcome,
+            Err(e) => CallOutcome::fault(Fault::Trap(format!("the call's task ended: {e}")), None),
+        }
+    }
+}
+
+/// The threads guest code runs on: a runtime of their own, so a guest that spins (yielding
+/// every epoch tick) competes for the cores through the operating system's scheduler rather
+/// than queueing in front of the host's own tasks (TLS, the database, signing), which then
+/// keep their latency while attestors are busy.
+struct GuestThreads(Option<tokio::runtime::Runtime>);
+
+impl GuestThreads {
+    fn start() -> Result<Self, RuntimeError> {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("gatehouse-attestor")
+            .enable_all()
+            .build()
+            .map_err(RuntimeError::Threads)?;
+        Ok(Self(Some(runtime)))
+    }
+
+    fn spawn<F>(&self, call: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.0 {
+            Some(runtime) => runtime.spawn(call),
+            // Only between `drop` taking the runtime and the end of `drop`.
+            None => tokio::spawn(call),
+        }
+    }
+}
+
+impl Drop for GuestThreads {
+    fn drop(&mut self) {
+        // Dropped from async code when the host shuts down: never block there.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 

@@ -17,6 +17,11 @@ pub(super) const WAIT: Duration = Duration::from_secs(5);
 /// Connections per Postgres pool (per replica).
 const POSTGRES_CONNECTIONS: u32 = 10;
 
+/// Connections of the read pool (per replica), which the reads of running attestors use one
+/// statement at a time. Separate from the write pool, so guests that read in a loop never make
+/// a join's short locked phase wait for a connection.
+const READ_CONNECTIONS: u32 = 8;
+
 /// Connections per SQLite pool. Every transaction is a write transaction (`BEGIN IMMEDIATE`)
 /// and SQLite admits one writer at a time, so more connections would only wait in SQLite's
 /// busy handler, which polls with sleeps of up to 100 ms, instead of in the pool's fair queue.
@@ -27,6 +32,14 @@ const SQLITE_CONNECTIONS: u32 = 1;
 /// survives a power loss.
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; \
                               PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL;";
+
+/// Set on every connection of SQLite's read pool: WAL readers run beside the one writer, and
+/// this pool never writes.
+const SQLITE_READ_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA query_only = ON;";
+
+/// Set on every connection of Postgres' read pool: a read of a running attestor is bounded
+/// like any statement of a join.
+const POSTGRES_READ_SETTINGS: &str = "SET statement_timeout = '5s'";
 
 /// Which database a [`Db`] talks to; the few statements that differ are chosen by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +78,8 @@ impl fmt::Display for Backend {
 #[derive(Debug, Clone)]
 pub struct Db {
     pool: AnyPool,
+    /// Autocommit reads of committed state ([`Db::read`]).
+    reads: AnyPool,
     backend: Backend,
 }
 
@@ -90,7 +105,26 @@ impl Db {
             Backend::Postgres => options.max_connections(POSTGRES_CONNECTIONS),
         };
         let pool = options.connect(url).await.map_err(StoreError::Connect)?;
-        Ok(Db { pool, backend })
+        let settings = match backend {
+            Backend::Sqlite => SQLITE_READ_PRAGMAS,
+            Backend::Postgres => POSTGRES_READ_SETTINGS,
+        };
+        let reads = AnyPoolOptions::new()
+            .acquire_timeout(WAIT)
+            .max_connections(READ_CONNECTIONS)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    conn.execute(settings).await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy(url)
+            .map_err(StoreError::Connect)?;
+        Ok(Db {
+            pool,
+            reads,
+            backend,
+        })
     }
 
     /// Applies the embedded migrations of this backend that are not applied yet. Safe to run
@@ -113,8 +147,17 @@ impl Db {
         Tx::begin(&self.pool, self.backend).await
     }
 
+    /// A connection of the read pool for statements that read committed state, each in its
+    /// own autocommit transaction: no lock is held between them, and none at all on SQLite
+    /// (WAL readers do not block the writer). What a running attestor reads goes through
+    /// here, so guest time never holds the write lock; see [`crate::imports`].
+    pub async fn read(&self) -> Result<Tx, StoreError> {
+        Tx::autocommit(&self.reads, self.backend).await
+    }
+
     /// Closes every connection, waiting for checked-out ones to come back.
     pub async fn close(&self) {
+        self.reads.close().await;
         self.pool.close().await;
     }
 

@@ -62,6 +62,24 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// Whether this is the database giving up on a transaction because of another one (a
+    /// deadlock, a lock wait past `lock_timeout`, a serialization failure, SQLite busy past
+    /// its timeout): the same work may succeed when run again.
+    pub fn is_contention(&self) -> bool {
+        let StoreError::Query(sqlx::Error::Database(e)) = self else {
+            return false;
+        };
+        match e.code().as_deref() {
+            // Postgres: serialization_failure, deadlock_detected, lock_not_available.
+            Some("40001" | "40P01" | "55P03") => true,
+            // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
+            Some(code) => code.parse::<u32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6)),
+            None => false,
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

@@ -52,7 +52,8 @@ fn request(row: &AnyRow) -> Result<JoinRequestRow, StoreError> {
 /// The most requests one listing returns.
 const JOIN_REQUESTS_LIST_MAX: u32 = 1000;
 
-fn new_id() -> String {
+/// A fresh join request id.
+pub(crate) fn new_id() -> String {
     format!("jr_{}", hex::encode(rand::random::<[u8; 16]>()))
 }
 
@@ -62,6 +63,54 @@ impl Tx {
     /// (so retries do not pile up requests, even concurrent ones). `details` must be JSON.
     pub async fn open_join_request(
         &mut self,
+        attestor: &str,
+        subject: &str,
+        csr_sha256: &[u8; 32],
+        details: &str,
+        now: i64,
+        expires_at: i64,
+    ) -> Result<JoinRequestRow, StoreError> {
+        self.open_join_request_as(
+            &new_id(),
+            attestor,
+            subject,
+            csr_sha256,
+            details,
+            now,
+            expires_at,
+        )
+        .await
+    }
+
+    /// The pending or approved request of `attestor` for `subject` and this CSR that has not
+    /// lapsed by `now`: the one [`Tx::open_join_request`] would return rather than open one.
+    pub async fn open_join_request_for(
+        &mut self,
+        attestor: &str,
+        subject: &str,
+        csr_sha256: &[u8; 32],
+        now: i64,
+    ) -> Result<Option<JoinRequestRow>, StoreError> {
+        let q = sqlx::query(concat!(
+            "SELECT state, ",
+            columns!(),
+            " FROM join_requests WHERE attestor = $1 AND subject = $2 AND csr_sha256 = $3 \
+             AND state IN ('pending', 'approved') AND expires_at > $4"
+        ))
+        .bind(attestor)
+        .bind(subject)
+        .bind(&csr_sha256[..])
+        .bind(now);
+        let row = self.fetch_optional(q).await?;
+        row.as_ref().map(request).transpose()
+    }
+
+    /// [`Tx::open_join_request`] with the id a new request gets chosen by the caller (a
+    /// running attestor is told the id before the request is written).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open_join_request_as(
+        &mut self,
+        id: &str,
         attestor: &str,
         subject: &str,
         csr_sha256: &[u8; 32],
@@ -99,7 +148,7 @@ impl Tx {
              DO UPDATE SET state = join_requests.state RETURNING state, ",
             columns!()
         ))
-        .bind(new_id())
+        .bind(id)
         .bind(attestor)
         .bind(subject)
         .bind(&csr_sha256[..])

@@ -32,6 +32,7 @@ mod error;
 mod join_requests;
 mod journal;
 mod kv;
+mod locks;
 mod migrate;
 mod nodes;
 mod provisioning;
@@ -49,7 +50,9 @@ mod tests;
 
 pub use db::{Backend, Db, sqlite_url};
 pub use error::StoreError;
+pub(crate) use join_requests::new_id as new_join_request_id;
 pub use kv::KV_VALUE_MAX;
+pub use locks::RowLock;
 pub use provisioning::{
     USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_FAILED, WORKFLOW_RUNNING, WORKFLOW_SUCCEEDED,
 };

@@ -119,6 +119,23 @@ impl Tx {
         Ok(tx)
     }
 
+    /// A connection in autocommit mode: every statement is its own transaction, nothing to
+    /// roll back when dropped. Only for reads (the read pool refuses writes on SQLite).
+    pub(super) async fn autocommit(pool: &AnyPool, backend: Backend) -> Result<Tx, StoreError> {
+        let conn = pool.acquire().await?;
+        Ok(Tx {
+            conn: Some(conn),
+            backend,
+            finished: true,
+            failed: false,
+        })
+    }
+
+    /// Which backend this transaction runs on.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// Commits. If a statement failed earlier, rolls back instead and returns
     /// [`StoreError::Aborted`].
     pub async fn commit(mut self) -> Result<(), StoreError> {

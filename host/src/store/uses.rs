@@ -30,6 +30,24 @@ impl Tx {
         })
     }
 
+    /// Whether `attestor` recorded `subject` and that record is still live at `now`: what
+    /// [`Tx::record_use`] would answer [`UseOutcome::Reused`] for, read without writing.
+    pub async fn use_live(
+        &mut self,
+        attestor: &str,
+        subject: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "SELECT expires_at FROM attestation_uses \
+             WHERE attestor = $1 AND subject = $2 AND expires_at > $3",
+        )
+        .bind(attestor)
+        .bind(subject)
+        .bind(now);
+        Ok(self.fetch_optional(q).await?.is_some())
+    }
+
     /// Deletes up to `batch` records that expired by `now`; how many it deleted. Run it in
     /// its own short transactions, in a loop, until it deletes fewer than `batch`.
     pub async fn prune_uses(&mut self, now: i64, batch: u32) -> Result<u64, StoreError> {

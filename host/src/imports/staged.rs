@@ -1,0 +1,595 @@
+//! The join path's backend: the guest runs on committed reads, and its writes wait for the
+//! short locked phase after the call.
+//!
+//! While an attestor runs, [`Staged`] holds no transaction and no connection: every read import
+//! takes a connection of the read pool for one autocommit statement ([`Db::read`]) and records
+//! what it asked and what the guest saw ([`Read`]); every write import is checked, answered as
+//! the database would answer it (uses left from the row read, a new join request's id chosen
+//! here, `reused` for a subject the ledger holds) and buffered ([`Write`]). A guest that loops,
+//! allocates or sleeps therefore delays only the joins through itself: it never holds SQLite's
+//! write lock or a Postgres row lock.
+//!
+//! After the call, JoinService opens the write transaction and [`Staged::settle`]s: it locks
+//! the rows read (Postgres), reads each again and compares it with what the guest saw, then
+//! applies the buffered writes. A difference is a [`Settle::Conflict`]: something the decision
+//! depended on changed mid-join, and JoinService runs the round again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::store_tx::JOIN_REQUEST_TTL_MS;
+use super::{BackendError, ConsumeOutcome, Effects, TxBackend, UseOutcome};
+use crate::runtime::bindings::transaction::{
+    Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Token, Workflow,
+};
+use crate::store::{Db, RowLock, StoreError, Tx};
+
+/// A read the guest made, with what it saw.
+#[derive(Debug, Clone)]
+enum Read {
+    Token(String, Option<Token>),
+    Node(String, Option<Node>),
+    NodeCert(Vec<u8>, Option<NodeCert>),
+    NodeCertForKey(String, Vec<u8>, Option<NodeCert>),
+    InventoryByMac(String, Option<Inventory>),
+    BoundNode(String, String, Option<String>),
+    Lease(String, Option<Lease>),
+    NewestInventory(String, Option<Inventory>),
+    TokenWorkflow(String, Option<Workflow>),
+    JoinRequest(String, Option<JoinRequestRow>),
+    Kv(String, Option<Vec<u8>>),
+}
+
+/// A write the guest made, applied in the locked phase.
+#[derive(Debug, Clone)]
+enum Write {
+    /// Spend a use (a spend).
+    ConsumeToken(String),
+    /// Record single-use evidence (a spend).
+    RecordUse { subject: String, expires_at: i64 },
+    /// Mark an approved join request used (a spend).
+    ConsumeJoinRequest(String),
+    /// Open (or find) a join request; `seen` is what the guest was answered.
+    OpenJoinRequest {
+        subject: String,
+        details: String,
+        seen: JoinRequestRow,
+    },
+    /// Write a key of the attestor's space.
+    KvPut(String, Vec<u8>),
+    /// Delete a key of the attestor's space.
+    KvDelete(String),
+}
+
+impl Write {
+    /// Whether applying it spends something only an admission may spend (rule: a deferral
+    /// spends nothing).
+    fn spends(&self) -> bool {
+        matches!(
+            self,
+            Write::ConsumeToken(_) | Write::RecordUse { .. } | Write::ConsumeJoinRequest(_)
+        )
+    }
+}
+
+/// Which of the buffered writes a round applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apply {
+    /// An admission: every write.
+    Everything,
+    /// A deferral: only the attestor's own rows (join requests it opens, its key/value
+    /// space). Token uses, ledger records and consumed join requests are never applied.
+    OwnRows,
+}
+
+/// Why the locked phase could not take the guest's view as it was.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Settle {
+    /// A row the guest read changed, or a write it was promised no longer holds (the ledger
+    /// holds its subject now, its join request moved): run the round again.
+    #[error("{0} changed while the attestor ran")]
+    Conflict(&'static str),
+    /// The host's conditional spend found the token without a use left.
+    #[error("token {0} has no use left")]
+    NoUsesLeft(String),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A replayed read failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Reads committed state, buffers writes (see the module documentation).
+pub struct Staged {
+    db: Db,
+    attestor: String,
+    reads: Vec<Read>,
+    writes: Vec<Write>,
+    /// The key/value space as the guest sees it: buffered writes over what was read.
+    kv: BTreeMap<String, Option<Vec<u8>>>,
+    /// Uses left of each token read, less the uses the guest spent.
+    uses_left: BTreeMap<String, u32>,
+    /// Subjects recorded in this call.
+    recorded: BTreeSet<String>,
+    /// Join requests consumed in this call.
+    consumed: BTreeSet<String>,
+}
+
+impl Staged {
+    /// A backend for one call of `attestor` reading through `db`'s read pool.
+    pub fn new(db: Db, attestor: impl Into<String>) -> Self {
+        Self {
+            db,
+            attestor: attestor.into(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            kv: BTreeMap::new(),
+            uses_left: BTreeMap::new(),
+            recorded: BTreeSet::new(),
+            consumed: BTreeSet::new(),
+        }
+    }
+
+    async fn reader(&self) -> Result<Tx, BackendError> {
+        self.db.read().await.map_err(fail)
+    }
+
+    /// The rows the decision read, to lock before they are read again.
+    fn locks(&self) -> Vec<RowLock> {
+        let attestor = &self.attestor;
+        let mut locks: Vec<RowLock> = self
+            .reads
+            .iter()
+            .filter_map(|r| {
+                Some(match r {
+                    Read::Token(id, _) => RowLock::Token(id.clone()),
+                    Read::Node(id, _) => RowLock::Node(id.clone()),
+                    Read::NodeCert(der, _) => RowLock::NodeCert(der.clone()),
+                    Read::NodeCertForKey(node, _, _) => RowLock::NodeCerts(node.clone()),
+                    // Inventories are appended, never changed: nothing to lock.
+                    Read::InventoryByMac(..) | Read::NewestInventory(..) => return None,
+                    Read::BoundNode(kind, value, _) => RowLock::Binding {
+                        kind: kind.clone(),
+                        value: value.clone(),
+                    },
+                    Read::Lease(name, _) => RowLock::Lease(name.clone()),
+                    Read::TokenWorkflow(token, _) => RowLock::Workflow(token.clone()),
+                    Read::JoinRequest(id, _) => RowLock::JoinRequest {
+                        attestor: attestor.clone(),
+                        id: id.clone(),
+                    },
+                    Read::Kv(key, _) => RowLock::Kv {
+                        attestor: attestor.clone(),
+                        key: key.clone(),
+                    },
+                })
+            })
+            .collect();
+        // Also what the writes touch, so a consumed token or join request is locked before
+        // anything else (and in the one order).
+        for w in &self.writes {
+            match w {
+                Write::ConsumeToken(id) => locks.push(RowLock::Token(id.clone())),
+                Write::ConsumeJoinRequest(id) => locks.push(RowLock::JoinRequest {
+                    attestor: attestor.clone(),
+                    id: id.clone(),
+                }),
+                Write::KvPut(key, _) | Write::KvDelete(key) => locks.push(RowLock::Kv {
+                    attestor: attestor.clone(),
+                    key: key.clone(),
+                }),
+                Write::RecordUse { .. } | Write::OpenJoinRequest { .. } => {}
+            }
+        }
+        locks
+    }
+
+    /// The locked phase, inside JoinService's write transaction `tx`: locks the rows read
+    /// (Postgres), reads each again and compares it with what the guest saw, then applies the
+    /// buffered writes that `apply` allows. `effects.locked_tokens` is refreshed with the
+    /// token rows as locked now (before this round's spend), so the host's own token checks
+    /// judge the row it spends.
+    ///
+    /// A token's uses left moving is not a conflict: tokens are the host's to judge, and its
+    /// spend is a conditional update here ([`Settle::NoUsesLeft`]).
+    pub async fn settle(
+        &self,
+        tx: &mut Tx,
+        effects: &mut Effects,
+        apply: Apply,
+    ) -> Result<(), Settle> {
+        tx.lock_rows(&self.locks()).await?;
+        effects.locked_tokens.clear();
+        for read in &self.reads {
+            if !self.replay(tx, read, effects).await? {
+                return Err(Settle::Conflict(read.what()));
+            }
+        }
+        for write in &self.writes {
+            if apply == Apply::OwnRows && write.spends() {
+                continue;
+            }
+            self.apply(tx, write).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads `read` again in `tx`; whether the guest saw the same.
+    async fn replay(
+        &self,
+        tx: &mut Tx,
+        read: &Read,
+        effects: &mut Effects,
+    ) -> Result<bool, Settle> {
+        let a = self.attestor.as_str();
+        Ok(match read {
+            Read::Token(id, seen) => {
+                let now = TxBackend::lock_token(tx, id).await?;
+                let same = match (&now, seen) {
+                    (Some(now), Some(seen)) => {
+                        Token {
+                            uses_left: seen.uses_left,
+                            ..now.clone()
+                        } == *seen
+                    }
+                    (None, None) => true,
+                    _ => false,
+                };
+                if let Some(row) = now
+                    && !effects.locked_tokens.iter().any(|t| t.id == row.id)
+                {
+                    effects.locked_tokens.push(row);
+                }
+                same
+            }
+            Read::Node(id, seen) => TxBackend::node(tx, id).await? == *seen,
+            Read::NodeCert(der, seen) => TxBackend::node_cert(tx, der).await? == *seen,
+            Read::NodeCertForKey(node, spki, seen) => {
+                TxBackend::node_cert_for_key(tx, node, spki).await? == *seen
+            }
+            Read::InventoryByMac(mac, seen) => TxBackend::inventory_by_mac(tx, mac).await? == *seen,
+            Read::BoundNode(kind, value, seen) => {
+                TxBackend::bound_node(tx, kind, value).await? == *seen
+            }
+            Read::Lease(name, seen) => TxBackend::lease(tx, name).await? == *seen,
+            Read::NewestInventory(node, seen) => {
+                TxBackend::newest_inventory(tx, node).await? == *seen
+            }
+            Read::TokenWorkflow(token, seen) => {
+                TxBackend::token_workflow(tx, token).await? == *seen
+            }
+            Read::JoinRequest(id, seen) => TxBackend::join_request(tx, a, id).await? == *seen,
+            Read::Kv(key, seen) => TxBackend::kv_get(tx, a, key).await? == *seen,
+        })
+    }
+
+    async fn apply(&self, tx: &mut Tx, write: &Write) -> Result<(), Settle> {
+        let a = self.attestor.as_str();
+        match write {
+            Write::ConsumeToken(id) => match tx.consume_token(id).await {
+                Ok(_) => Ok(()),
+                Err(StoreError::NoUsesLeft) => Err(Settle::NoUsesLeft(id.clone())),
+                Err(e) => Err(e.into()),
+            },
+            Write::RecordUse {
+                subject,
+                expires_at,
+            } => {
+                let now = tx.now().await?;
+                match tx.record_use(a, subject, *expires_at, now).await? {
+                    crate::store::UseOutcome::Recorded => Ok(()),
+                    crate::store::UseOutcome::Reused => Err(Settle::Conflict("the ledger")),
+                }
+            }
+            Write::ConsumeJoinRequest(id) => {
+                if tx.consume_join_request(a, id).await? {
+                    Ok(())
+                } else {
+                    Err(Settle::Conflict("a join request"))
+                }
+            }
+            Write::OpenJoinRequest {
+                subject,
+                details,
+                seen,
+            } => {
+                let csr = csr_hash(&seen.csr_sha256)?;
+                let now = tx.now().await?;
+                let row = tx
+                    .open_join_request_as(
+                        &seen.id,
+                        a,
+                        subject,
+                        &csr,
+                        details,
+                        now,
+                        now + JOIN_REQUEST_TTL_MS,
+                    )
+                    .await?;
+                if super::store_tx::join_request(row) == *seen {
+                    Ok(())
+                } else {
+                    Err(Settle::Conflict("a join request"))
+                }
+            }
+            Write::KvPut(key, value) => Ok(tx.kv_put(a, key, value).await?),
+            Write::KvDelete(key) => Ok(tx.kv_delete(a, key).await?),
+        }
+    }
+}
+
+impl Read {
+    /// What changed, for the log and the refusal's detail.
+    fn what(&self) -> &'static str {
+        match self {
+            Read::Token(..) => "a token",
+            Read::Node(..) => "a node",
+            Read::NodeCert(..) | Read::NodeCertForKey(..) => "a certificate",
+            Read::InventoryByMac(..) | Read::NewestInventory(..) => "an inventory",
+            Read::BoundNode(..) => "a binding",
+            Read::Lease(..) => "a lease",
+            Read::TokenWorkflow(..) => "a workflow",
+            Read::JoinRequest(..) => "a join request",
+            Read::Kv(..) => "a key/value entry",
+        }
+    }
+}
+
+fn fail(e: StoreError) -> BackendError {
+    BackendError(e.to_string())
+}
+
+fn csr_hash(csr_sha256: &[u8]) -> Result<[u8; 32], BackendError> {
+    csr_sha256
+        .try_into()
+        .map_err(|_| BackendError("CSR hash is not 32 bytes".into()))
+}
+
+impl TxBackend for Staged {
+    async fn now(&mut self) -> Result<i64, BackendError> {
+        let mut r = self.reader().await?;
+        TxBackend::now(&mut r).await
+    }
+
+    async fn lock_token(&mut self, id: &str) -> Result<Option<Token>, BackendError> {
+        let mut r = self.reader().await?;
+        // On Postgres a `FOR UPDATE` in its own autocommit statement: it waits only while
+        // another join's locked phase holds the row, and holds nothing afterwards.
+        let seen = TxBackend::lock_token(&mut r, id).await?;
+        drop(r);
+        self.reads.push(Read::Token(id.to_owned(), seen.clone()));
+        Ok(seen.map(|mut t| {
+            let spent = self
+                .writes
+                .iter()
+                .filter(|w| matches!(w, Write::ConsumeToken(c) if *c == t.id))
+                .count();
+            t.uses_left = t
+                .uses_left
+                .saturating_sub(u32::try_from(spent).unwrap_or(u32::MAX));
+            self.uses_left.insert(t.id.clone(), t.uses_left);
+            t
+        }))
+    }
+
+    async fn consume_token(&mut self, id: &str) -> Result<ConsumeOutcome, BackendError> {
+        match self.uses_left.get_mut(id) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                let left = *left;
+                self.writes.push(Write::ConsumeToken(id.to_owned()));
+                Ok(ConsumeOutcome::Consumed(left))
+            }
+            _ => Ok(ConsumeOutcome::NoneLeft),
+        }
+    }
+
+    async fn node(&mut self, id: &str) -> Result<Option<Node>, BackendError> {
+        let mut r = self.reader().await?;
+        let seen = TxBackend::node(&mut r, id).await?;
+        self.reads.push(Read::Node(id.to_owned(), seen.clone()));
+        Ok(seen)
+    }
+
+    async fn node_cert(&mut self, der: &[u8]) -> Result<Option<NodeCert>, BackendError> {
+        let mut r = self.reader().await?;
+        let seen = TxBackend::node_cert(&mut r, der).await?;
+        self.reads.push(Read::NodeCert(der.to_vec(), seen.clone()));
+        Ok(seen)
+    }
+
+    async fn node_cert_for_key(
+        &mut self,
+        node_id: &str,
+        spki_sha256: &[u8],
+    ) -> Result<Option<NodeCert>, BackendError> {
+        let mut r = self.reader().await?;
+        let seen = TxBackend::node_cert_for_key(&mut r, node_id, spki_sha256).await?;
+        self.reads.push(Read::NodeCertForKey(
+            node_id.to_owned(),
+            spki_sha256.to_vec(),
+            seen.clone(),
+        ));
+        Ok(seen)
+    }
+
+    async fn inventory_by_mac(&mut self, mac: &str) -> Result<Option<Inventory>, BackendError> {
+        let mut r = self.reader().await?;
+        let seen = TxBackend::inventory_by_mac(&mut r, mac).await?;
+        self.reads
+            .push(Read::InventoryByMac(mac.to_owned(), seen.clone()));
+        Ok(seen)
+    }
+
+    async fn bound_node(
+        &mut self,
+        kind: &str,
+        value: &str,
+    ) -> Result<Option<String>, BackendError> {
+        let mut r = self.reader().await?;
+        let seen = TxBackend::bound_node(&mut r, kind, value).await?;
+        self.reads.push(Read::BoundNode(
+            kind.to_owned(),
+            value.to_owned(),
+            seen.clone(),
+        ));
+        Ok(seen)
+    }
+
+    async fn lease(&mut self, name: &str) -> Result<Option<Lease>, BackendError> {
+        let mut r = self.reader().await?;
+        let seen = TxBackend::lease(&mut r, name).await?;
+        self.reads.push(Read::Lease(name.to_owned(), seen.clone()));
+        Ok(seen)
+    }
+
+    async fn newest_inventory(&mut self, node_id: &str) -> Result<Option<Inventory>, BackendError> {
+        let mut r = self.reader().await?;
+        let seen = TxBackend::newest_inventory(&mut r, node_id).await?;
+        self.reads
+            .push(Read::NewestInventory(node_id.to_owned(), seen.clone()));
+        Ok(seen)
+    }
+
+    async fn token_workflow(&mut self, token_id: &str) -> Result<Option<Workflow>, BackendError> {
+        let mut r = self.reader().await?;
+        let seen = TxBackend::token_workflow(&mut r, token_id).await?;
+        self.reads
+            .push(Read::TokenWorkflow(token_id.to_owned(), seen.clone()));
+        Ok(seen)
+    }
+
+    async fn record_use(
+        &mut self,
+        attestor: &str,
+        subject: &str,
+        expires_at: i64,
+    ) -> Result<UseOutcome, BackendError> {
+        if self.recorded.contains(subject) {
+            return Ok(UseOutcome::Reused);
+        }
+        let mut r = self.reader().await?;
+        let now = TxBackend::now(&mut r).await?;
+        // The lookup is not replayed: the insert in the locked phase is the judge, and a
+        // subject recorded meanwhile is a conflict there.
+        if r.use_live(attestor, subject, now).await.map_err(fail)? {
+            return Ok(UseOutcome::Reused);
+        }
+        self.recorded.insert(subject.to_owned());
+        self.writes.push(Write::RecordUse {
+            subject: subject.to_owned(),
+            expires_at,
+        });
+        Ok(UseOutcome::Recorded)
+    }
+
+    async fn open_join_request(
+        &mut self,
+        attestor: &str,
+        subject: &str,
+        csr_sha256: &[u8],
+        details: &str,
+    ) -> Result<JoinRequestRow, BackendError> {
+        // Opened in this call already: the same request.
+        let opened = self.writes.iter().find_map(|w| match w {
+            Write::OpenJoinRequest {
+                subject: s, seen, ..
+            } if s == subject => Some(seen.clone()),
+            _ => None,
+        });
+        if let Some(seen) = opened {
+            return Ok(seen);
+        }
+        let csr = csr_hash(csr_sha256)?;
+        let mut r = self.reader().await?;
+        let now = TxBackend::now(&mut r).await?;
+        let open = r
+            .open_join_request_for(attestor, subject, &csr, now)
+            .await
+            .map_err(fail)?;
+        drop(r);
+        let seen = match open {
+            Some(row) => super::store_tx::join_request(row),
+            None => JoinRequestRow {
+                id: crate::store::new_join_request_id(),
+                state: JoinRequestState::Pending,
+                subject: subject.to_owned(),
+                csr_sha256: csr.to_vec(),
+                tenant_id: None,
+                pool_id: None,
+                site_id: None,
+            },
+        };
+        self.writes.push(Write::OpenJoinRequest {
+            subject: subject.to_owned(),
+            details: details.to_owned(),
+            seen: seen.clone(),
+        });
+        Ok(seen)
+    }
+
+    async fn join_request(
+        &mut self,
+        attestor: &str,
+        id: &str,
+    ) -> Result<Option<JoinRequestRow>, BackendError> {
+        let opened = self.writes.iter().find_map(|w| match w {
+            Write::OpenJoinRequest { seen, .. } if seen.id == id => Some(seen.clone()),
+            _ => None,
+        });
+        if opened.is_some() {
+            return Ok(opened);
+        }
+        let mut r = self.reader().await?;
+        let seen = TxBackend::join_request(&mut r, attestor, id).await?;
+        self.reads
+            .push(Read::JoinRequest(id.to_owned(), seen.clone()));
+        Ok(seen)
+    }
+
+    async fn consume_join_request(
+        &mut self,
+        attestor: &str,
+        id: &str,
+    ) -> Result<bool, BackendError> {
+        if self.consumed.contains(id) {
+            return Ok(false);
+        }
+        let row = TxBackend::join_request(self, attestor, id).await?;
+        if !row.is_some_and(|r| r.state == JoinRequestState::Approved) {
+            return Ok(false);
+        }
+        self.consumed.insert(id.to_owned());
+        self.writes.push(Write::ConsumeJoinRequest(id.to_owned()));
+        Ok(true)
+    }
+
+    async fn kv_get(&mut self, attestor: &str, key: &str) -> Result<Option<Vec<u8>>, BackendError> {
+        if let Some(value) = self.kv.get(key) {
+            return Ok(value.clone());
+        }
+        let mut r = self.reader().await?;
+        let seen = TxBackend::kv_get(&mut r, attestor, key).await?;
+        self.reads.push(Read::Kv(key.to_owned(), seen.clone()));
+        Ok(seen)
+    }
+
+    async fn kv_put(
+        &mut self,
+        _attestor: &str,
+        key: &str,
+        value: &[u8],
+    ) -> Result<(), BackendError> {
+        self.kv.insert(key.to_owned(), Some(value.to_vec()));
+        self.writes
+            .push(Write::KvPut(key.to_owned(), value.to_vec()));
+        Ok(())
+    }
+
+    async fn kv_delete(&mut self, _attestor: &str, key: &str) -> Result<(), BackendError> {
+        self.kv.insert(key.to_owned(), None);
+        self.writes.push(Write::KvDelete(key.to_owned()));
+        Ok(())
+    }
+}
