@@ -475,7 +475,8 @@ async fn discovery_a_lease_moved_mid_join_admits_nothing() {
     let mut watch = sqlx::PgConnection::connect(&host.database_url)
         .await
         .unwrap();
-    let (joined, ()) = tokio::join!(ramdisk_join(&host, &rendered, &[mac]), async {
+    let macs = [mac];
+    let (joined, ()) = tokio::join!(ramdisk_join(&host, &rendered, &macs), async {
         crate::common::lock_waiters(&mut watch, 1).await;
         moving.commit().await.unwrap();
     });

@@ -36,8 +36,9 @@ pub const WIT_VERSION: &str = "0.1.0";
 pub const WIT_PACKAGE: &str = "better-compute:attestor";
 
 /// Calls of one attestor at once unless configured. A slow or hostile attestor then takes at
-/// most this many of the host's instance slots and cores' time; joins through it past this are
-/// refused `attestor-busy` at once, and joins through other attestors are not delayed.
+/// most this many of the host's instance slots and cores' time; a join through it past this
+/// waits at most one call deadline for a call to end, then is refused `attestor-busy`, and joins
+/// through other attestors are not delayed.
 pub const DEFAULT_CALLS_PER_ATTESTOR: u32 = 4;
 
 /// How the runtime loads and bounds attestors.
@@ -49,7 +50,8 @@ pub struct RuntimeConfig {
     pub memory_limit: usize,
     /// Calls running at once; more wait for a slot (the pooling allocator's size).
     pub max_concurrent_calls: u32,
-    /// Calls of one attestor running at once; more are refused at once ([`Fault::Busy`]).
+    /// Calls of one attestor running at once; a join past it waits at most `call_timeout` for
+    /// one to end, then is refused ([`Fault::Busy`]).
     pub max_calls_per_attestor: u32,
     /// Where compiled components are cached; none to compile at every start.
     pub cache_dir: Option<PathBuf>,
@@ -211,9 +213,15 @@ impl<B: TxBackend> Runtime<B> {
         let Some(loaded) = self.attestors.get(id) else {
             return CallOutcome::fault(Fault::UnknownAttestor, Some(session));
         };
-        // Past its share, a join through this attestor is refused now rather than queued:
-        // queued joins would hold requests, memory and clients' connections for nothing.
-        let Ok(share) = loaded.calls.clone().try_acquire_owned() else {
+        // Past its share, a join through this attestor waits for one of its calls to end, at
+        // most one call deadline (a burst of quick calls passes), then is refused: joins
+        // queued behind a slow attestor must not pile up.
+        let share = tokio::time::timeout(
+            self.call_timeout,
+            loaded.calls.clone().acquire_owned(),
+        )
+        .await;
+        let Ok(Ok(share)) = share else {
             return CallOutcome::fault(Fault::Busy, Some(session));
         };
         // The semaphore is never closed, so acquire fails only if it were; treat that as a
