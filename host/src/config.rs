@@ -15,7 +15,7 @@
 //! [runtime]
 //! call_timeout_ms = 250
 //! memory_limit_mib = 64
-//! max_calls_per_attestor = 4       # past it a join waits one call deadline, then attestor-busy
+//! max_calls_per_attestor = 4       # past it a join waits (2 s at most), then attestor-busy
 //! attestors_dir = "attestors"
 //!
 //! [attestors.join-token]
@@ -156,8 +156,8 @@ pub struct RuntimeSection {
     pub memory_limit_mib: usize,
     /// Attestor calls at once.
     pub max_concurrent_calls: u32,
-    /// Calls of one attestor at once; a join past it waits at most one call deadline for a
-    /// call to end, then is refused `attestor-busy`.
+    /// Calls of one attestor at once; a join past it waits at most 2 s (behind at most 64
+    /// others) for a call to end, then is refused `attestor-busy`.
     pub max_calls_per_attestor: u32,
     /// `.wasm` attestors to add or replace built-ins with.
     pub attestors_dir: Option<PathBuf>,

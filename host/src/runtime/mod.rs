@@ -16,6 +16,7 @@ mod loader;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -37,8 +38,8 @@ pub const WIT_PACKAGE: &str = "better-compute:attestor";
 
 /// Calls of one attestor at once unless configured. A slow or hostile attestor then takes at
 /// most this many of the host's instance slots and cores' time; a join through it past this
-/// waits at most one call deadline for a call to end, then is refused `attestor-busy`, and joins
-/// through other attestors are not delayed.
+/// waits (at most 2 s, behind at most 64 others) for a call to end, then is refused
+/// `attestor-busy`, and joins through other attestors are not delayed.
 pub const DEFAULT_CALLS_PER_ATTESTOR: u32 = 4;
 
 /// How the runtime loads and bounds attestors.
@@ -50,8 +51,8 @@ pub struct RuntimeConfig {
     pub memory_limit: usize,
     /// Calls running at once; more wait for a slot (the pooling allocator's size).
     pub max_concurrent_calls: u32,
-    /// Calls of one attestor running at once; a join past it waits at most `call_timeout` for
-    /// one to end, then is refused ([`Fault::Busy`]).
+    /// Calls of one attestor running at once; a join past it waits at most 2 s (behind at
+    /// most 64 others) for one to end, then is refused ([`Fault::Busy`]).
     pub max_calls_per_attestor: u32,
     /// Where compiled components are cached; none to compile at every start.
     pub cache_dir: Option<PathBuf>,
@@ -115,6 +116,33 @@ struct Loaded<B: TxBackend> {
     config: String,
     /// Its share of the calls: at most `max_calls_per_attestor` at once.
     calls: Arc<Semaphore>,
+    /// Joins waiting for a share.
+    waiting: AtomicUsize,
+}
+
+/// How long a join waits for a call of a busy attestor to end before it is refused.
+const BUSY_WAIT: Duration = Duration::from_secs(2);
+/// How many joins may wait for one attestor's calls; more are refused at once.
+const MAX_WAITING: usize = 64;
+
+/// One join counted among those waiting for an attestor, until dropped.
+struct Waiting<'a> {
+    of: &'a AtomicUsize,
+    /// Joins waiting, this one included.
+    count: usize,
+}
+
+impl<'a> Waiting<'a> {
+    fn enter(of: &'a AtomicUsize) -> Self {
+        let count = of.fetch_add(1, Ordering::Relaxed) + 1;
+        Self { of, count }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.of.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The attestors this host runs and the engine that runs them.
@@ -213,16 +241,25 @@ impl<B: TxBackend> Runtime<B> {
         let Some(loaded) = self.attestors.get(id) else {
             return CallOutcome::fault(Fault::UnknownAttestor, Some(session));
         };
-        // Past its share, a join through this attestor waits for one of its calls to end, at
-        // most one call deadline (a burst of quick calls passes), then is refused: joins
-        // queued behind a slow attestor must not pile up.
-        let share = tokio::time::timeout(
-            self.call_timeout,
-            loaded.calls.clone().acquire_owned(),
-        )
-        .await;
-        let Ok(Ok(share)) = share else {
-            return CallOutcome::fault(Fault::Busy, Some(session));
+        // Past its share, a join through this attestor waits for one of its calls to end (a
+        // burst of quick calls passes), at most [`BUSY_WAIT`] and behind at most
+        // [`MAX_WAITING`] others, then is refused: joins queued behind a slow attestor must
+        // not pile up.
+        let share = match loaded.calls.clone().try_acquire_owned() {
+            Ok(share) => share,
+            Err(_) => {
+                let waiting = Waiting::enter(&loaded.waiting);
+                if waiting.count > MAX_WAITING {
+                    return CallOutcome::fault(Fault::Busy, Some(session));
+                }
+                let share =
+                    tokio::time::timeout(BUSY_WAIT, loaded.calls.clone().acquire_owned()).await;
+                drop(waiting);
+                let Ok(Ok(share)) = share else {
+                    return CallOutcome::fault(Fault::Busy, Some(session));
+                };
+                share
+            }
         };
         // The semaphore is never closed, so acquire fails only if it were; treat that as a
         // fault rather than run past the pool's size.
