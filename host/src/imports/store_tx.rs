@@ -100,6 +100,7 @@ fn join_request(r: store::JoinRequestRow) -> JoinRequestRow {
             store::JoinRequestState::Pending => JoinRequestState::Pending,
             store::JoinRequestState::Approved => JoinRequestState::Approved,
             store::JoinRequestState::Denied => JoinRequestState::Denied,
+            store::JoinRequestState::Used => JoinRequestState::Used,
             store::JoinRequestState::Expired => JoinRequestState::Expired,
         },
         subject: r.subject,
