@@ -81,7 +81,7 @@ fn node_cert(c: store::NodeCertRow) -> Result<NodeCert, BackendError> {
     })
 }
 
-pub(crate) fn node(n: store::NodeRow) -> Node {
+fn node(n: store::NodeRow) -> Node {
     Node {
         id: n.id,
         tenant_id: n.tenant_id,

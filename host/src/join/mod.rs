@@ -397,8 +397,8 @@ impl JoinService {
                     return Err(self.refuse(round, Decision::host(refusal)).await);
                 }
             };
-            let key = policy::trusted_hardware_key(&result, token);
-            let holder = match &key {
+            let key = policy::trusted_hardware_key(&result, token, request.role);
+            let held_by = match &key {
                 Some(key) => tx
                     .hardware_key_holder(key)
                     .await
@@ -406,7 +406,7 @@ impl JoinService {
                 None => None,
             };
             match policy::hardware_key_admits(
-                holder.as_deref(),
+                held_by.as_deref(),
                 &placement,
                 token,
                 minted_for.as_deref(),
@@ -416,9 +416,9 @@ impl JoinService {
                     redirected = true;
                     result.node_id = Some(holder);
                 }
-                Ok(policy::HardwareKey::ReclaimHolder(holder)) | Err(_) => {
+                Ok(policy::HardwareKey::ReclaimHolder(_)) | Err(_) => {
                     drop(tx);
-                    round.node_id = holder.or(placement.node_id);
+                    round.node_id = held_by.or(placement.node_id);
                     round.tenant_id = Some(placement.tenant_id);
                     return Err(self.refuse(round, Decision::host(Refusal::Reclaim)).await);
                 }

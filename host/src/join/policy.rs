@@ -289,8 +289,16 @@ pub fn token_reclaims(token: &LockedToken, node_id: &str, minted_for: Option<&st
 ///   attestor that may bind `tpm-ek`).
 ///
 /// A node keeps the key it first joined with; a reclaim of it fills the key in when it had
-/// none.
-pub fn trusted_hardware_key(result: &Admission, token: Option<&LockedToken>) -> Option<String> {
+/// none. A ramdisk holds none: it is a short-lived, restricted identity of a machine that is
+/// (or becomes) a node, and boots again as a new ramdisk.
+pub fn trusted_hardware_key(
+    result: &Admission,
+    token: Option<&LockedToken>,
+    role: Role,
+) -> Option<String> {
+    if role == Role::Ramdisk {
+        return None;
+    }
     token
         .and_then(|t| t.expect.product_uuid.as_deref())
         .map(|uuid| format!("uuid:{}", uuid.to_ascii_lowercase()))
@@ -911,13 +919,17 @@ mod tests {
     #[test]
     fn one_machine_one_node() {
         let uuid = World::new().token(|t| t.expect.product_uuid = Some("AA-BB".into()));
-        let key = trusted_hardware_key(&uuid.result, uuid.tokens.first());
+        let key = trusted_hardware_key(&uuid.result, uuid.tokens.first(), Role::Node);
         assert_eq!(key.as_deref(), Some("uuid:aa-bb"));
+        assert_eq!(
+            trusted_hardware_key(&uuid.result, uuid.tokens.first(), Role::Ramdisk),
+            None
+        );
         // A bare claim is no key.
         let mut claim = World::new();
         claim.claims.product_uuid = Some("aa-bb".into());
         assert_eq!(
-            trusted_hardware_key(&claim.result, claim.tokens.first()),
+            trusted_hardware_key(&claim.result, claim.tokens.first(), Role::Node),
             None
         );
         let mut tpm = World::tokenless("tpm");
@@ -926,7 +938,7 @@ mod tests {
             value: "ab".into(),
         }];
         assert_eq!(
-            trusted_hardware_key(&tpm.result, None).as_deref(),
+            trusted_hardware_key(&tpm.result, None, Role::Node).as_deref(),
             Some("tpm-ek:ab")
         );
 
