@@ -148,14 +148,14 @@ async fn refused_with(host: &TestHost, attestor: &str, reason: &str) {
 }
 
 async fn admin(host: &TestHost, method: reqwest::Method, path: &str, body: Value) -> Value {
-    let resp = host
+    let mut request = host
         .http()
         .request(method, format!("{}{path}", host.url()))
-        .bearer_auth(&host.admin_key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+        .bearer_auth(&host.admin_key);
+    if !body.is_null() {
+        request = request.json(&body);
+    }
+    let resp = request.send().await.unwrap();
     assert!(resp.status().is_success(), "{path}: {}", resp.status());
     resp.json().await.unwrap_or(Value::Null)
 }

@@ -519,7 +519,6 @@ fn approval(
         JoinRequestState::Approved => Ok(Approved::Yes((key, row))),
         JoinRequestState::Denied => Err(refusal(JOIN_REQUEST_DENIED)),
         JoinRequestState::Expired => Err(refusal(JOIN_REQUEST_EXPIRED)),
-        JoinRequestState::Used => Err(refusal(JOIN_REQUEST_USED)),
     }
 }
 

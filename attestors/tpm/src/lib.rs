@@ -417,7 +417,6 @@ impl Tpm {
             .into()),
             JoinRequestState::Denied => Err(refuse(JOIN_REQUEST_DENIED)),
             JoinRequestState::Expired => Err(refuse(JOIN_REQUEST_EXPIRED)),
-            JoinRequestState::Used => Err(refuse(JOIN_REQUEST_USED)),
             JoinRequestState::Approved => {
                 // Consuming fails if the approval lapsed or was used in between.
                 cx.tx

@@ -120,7 +120,7 @@ impl Tx for FakeTx {
         if row.state != JoinRequestState::Approved {
             return Err(TxError::Invalid("not approved".into()));
         }
-        row.state = JoinRequestState::Used;
+        row.state = JoinRequestState::Expired;
         Ok(())
     }
     fn kv_get(&self, key: &str) -> Result<Option<Vec<u8>>, TxError> {
