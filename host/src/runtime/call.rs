@@ -299,7 +299,15 @@ mod tests {
         for ok in ["tpm-ek", "mine:serial", "foreign-binding-kind:serial"] {
             assert!(is_binding_kind(ok), "{ok}");
         }
-        for bad in ["", ":", "mine:", ":serial", "a:b:c", "Mine:serial", "mine:Serial"] {
+        for bad in [
+            "",
+            ":",
+            "mine:",
+            ":serial",
+            "a:b:c",
+            "Mine:serial",
+            "mine:Serial",
+        ] {
             assert!(!is_binding_kind(bad), "{bad}");
         }
     }
