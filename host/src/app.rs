@@ -155,6 +155,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         pki.clone(),
         JoinSettings {
             cert_ttl_seconds: config.join.cert_ttl_seconds,
+            reclaim_grants: config.reclaim_grants(),
         },
     );
     let mut sink = None;

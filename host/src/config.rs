@@ -20,6 +20,7 @@
 //!
 //! [attestors.join-token]
 //! sha256 = "…"                     # optional pin
+//! # reclaim = true                 # may re-key nodes without a token (see JoinService)
 //! [attestors.join-token.config]    # handed to the attestor as JSON
 //!
 //! [audit.sink]                     # optional: a copy of every refusal (see join::sink)
@@ -204,6 +205,22 @@ pub struct AttestorSection {
     /// The attestor's own configuration.
     #[serde(default)]
     pub config: Option<toml::Table>,
+    /// Whether a join through this attestor may re-key an existing node without a token that
+    /// allows it and without owning one of the node's bindings. The built-ins x509pop,
+    /// provisioned and tpm have it unless this says `false`; any other attestor (a dropped-in
+    /// component, or a file replacing a built-in) only when this says `true`.
+    #[serde(default)]
+    pub reclaim: Option<bool>,
+}
+
+impl Config {
+    /// The operator's reclaim grants (`[attestors.<id>] reclaim`), by attestor id.
+    pub fn reclaim_grants(&self) -> BTreeMap<String, bool> {
+        self.attestors
+            .iter()
+            .filter_map(|(id, section)| section.reclaim.map(|r| (id.clone(), r)))
+            .collect()
+    }
 }
 
 fn default_listen() -> String {

@@ -282,12 +282,12 @@ pub(crate) async fn pending_until_approved_through_the_cli_then_admitted_once() 
         assert_eq!(approvals[0].payload["tenantId"], "root");
         assert_eq!(approvals[0].payload["poolId"], POOL);
 
-        // Used: it reads as expired, and no second decision is taken.
+        // Used: it reads as used (not expired), and no second decision is taken.
         let used = listed(&host, dir.path(), "all").await;
         assert_eq!(used.len(), 1);
         assert_eq!(
             (used[0]["state"].clone(), used[0]["poolId"].clone()),
-            (json!("expired"), json!(POOL))
+            (json!("used"), json!(POOL))
         );
         let again = cli(&host, dir.path(), &["deny", &id]).await.unwrap_err();
         assert!(

@@ -52,6 +52,8 @@ pub struct HostOptions {
     pub attestor_config: Vec<(String, serde_json::Value)>,
     /// `[audit.sink]`.
     pub audit_sink: Option<gatehouse::config::SinkSection>,
+    /// `[attestors.<id>] reclaim` grants.
+    pub reclaim_grants: Vec<(String, bool)>,
 }
 
 impl HostOptions {
@@ -67,6 +69,7 @@ impl HostOptions {
             cert_ttl_seconds: None,
             attestor_config: vec![],
             audit_sink: None,
+            reclaim_grants: vec![],
         }
     }
 }
@@ -173,6 +176,9 @@ impl TestHost {
         for (id, table) in &opts.attestor_config {
             let table: toml::Table = must(serde_json::from_value(table.clone()), "attestor config");
             config.attestors.entry(id.clone()).or_default().config = Some(table);
+        }
+        for (id, granted) in &opts.reclaim_grants {
+            config.attestors.entry(id.clone()).or_default().reclaim = Some(*granted);
         }
         config.audit.sink = opts.audit_sink.clone();
         let (database_url, created_database): (String, Option<String>) =

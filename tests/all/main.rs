@@ -13,6 +13,7 @@ mod common;
 mod discovery;
 mod join_token;
 mod nodes;
+mod policy;
 mod pools;
 mod provisioned;
 mod renew;

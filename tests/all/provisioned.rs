@@ -360,7 +360,11 @@ async fn new_node(backend: Backend) {
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].id, joined.node_id);
     assert_eq!(nodes[0].identity_generation, 1, "a new node");
-    assert_eq!(nodes[0].hardware_key.as_deref(), Some(UUID));
+    // The token's expect.productUuid makes the UUID the node's trusted hardware key.
+    assert_eq!(
+        nodes[0].hardware_key.as_deref(),
+        Some(format!("uuid:{UUID}").as_str())
+    );
     // Once only: a second machine with the same token, even the same UUID, is refused.
     refused(&host, &token, Some(UUID), "no-uses-left").await;
     host.stop().await;

@@ -65,7 +65,7 @@ impl From<JoinRequestRow> for JoinRequestView {
     }
 }
 
-/// `GET /v1/admin/join-requests?state=pending|approved|denied|expired|all`.
+/// `GET /v1/admin/join-requests?state=pending|approved|denied|expired|used|all`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
@@ -78,7 +78,9 @@ fn state_filter(state: Option<&str>) -> Result<Option<JoinRequestState>, ApiErro
     match state.unwrap_or("pending") {
         "all" => Ok(None),
         other => other.parse().map(Some).map_err(|_| {
-            ApiError::InvalidInput("state must be pending, approved, denied, expired or all".into())
+            ApiError::InvalidInput(
+                "state must be pending, approved, denied, expired, used or all".into(),
+            )
         }),
     }
 }

@@ -1056,8 +1056,8 @@ pub(super) enum JoinRequestsCommand {
 
 #[derive(Debug, Args)]
 pub(super) struct JoinRequestListArgs {
-    /// Which requests: pending, approved, denied, expired or all.
-    #[arg(long, default_value = "pending", value_parser = ["pending", "approved", "denied", "expired", "all"])]
+    /// Which requests: pending, approved, denied, expired, used or all.
+    #[arg(long, default_value = "pending", value_parser = ["pending", "approved", "denied", "expired", "used", "all"])]
     state: String,
     /// Print the API's JSON answer.
     #[arg(long)]

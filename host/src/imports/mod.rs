@@ -117,6 +117,18 @@ pub struct Effects {
     /// The write limit the attestor met, if any. A call that met one cannot admit or defer:
     /// JoinService refuses it and applies none of its writes.
     pub write_limit: Option<&'static str>,
+    /// Keys the host itself verified a TPM2_Certify of during the call (`tpm.verify-certify`
+    /// succeeded): what a `node-key: tpm` result and a `urn:bc:tpm-ak:` statement must match.
+    pub tpm_certified: Vec<TpmCertified>,
+}
+
+/// A TPM2_Certify the host verified during a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TpmCertified {
+    /// The TPM name of the AK that signed it (nameAlg ‖ digest).
+    pub ak_name: Vec<u8>,
+    /// SHA-256 of the certified key's SubjectPublicKeyInfo (DER).
+    pub key_spki_sha256: [u8; 32],
 }
 
 /// The data of one attestor call's `Store`.

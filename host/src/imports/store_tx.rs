@@ -81,7 +81,7 @@ fn node_cert(c: store::NodeCertRow) -> Result<NodeCert, BackendError> {
     })
 }
 
-pub(crate) fn node(n: store::NodeRow) -> Node {
+fn node(n: store::NodeRow) -> Node {
     Node {
         id: n.id,
         tenant_id: n.tenant_id,
@@ -100,7 +100,11 @@ pub(super) fn join_request(r: store::JoinRequestRow) -> JoinRequestRow {
             store::JoinRequestState::Pending => JoinRequestState::Pending,
             store::JoinRequestState::Approved => JoinRequestState::Approved,
             store::JoinRequestState::Denied => JoinRequestState::Denied,
-            store::JoinRequestState::Expired => JoinRequestState::Expired,
+            // The WIT enum has no `used` yet (0.1.0): an attestor reads a used request as
+            // expired, which admits nothing either; operators read `used`.
+            store::JoinRequestState::Used | store::JoinRequestState::Expired => {
+                JoinRequestState::Expired
+            }
         },
         subject: r.subject,
         csr_sha256: r.csr_sha256.to_vec(),

@@ -92,16 +92,27 @@ impl<B: TxBackend> Host for CallState<B> {
         key_public: Vec<u8>,
         nonce: Vec<u8>,
     ) -> wasmtime::Result<Result<PublicInfo, TpmError>> {
-        Ok(gatehouse_tpm::verify_certify(
+        let verified = gatehouse_tpm::verify_certify(
             &native::AwsLcVerifier,
             &ak_public,
             &certify_info,
             &signature,
             &key_public,
             &nonce,
-        )
-        .map(info)
-        .map_err(wit_error))
+        );
+        // What the host saw proved, for JoinService's node-key checks after the call.
+        if let (Ok(key), Ok(ak), Some(session)) = (
+            &verified,
+            native::parse_public(&ak_public),
+            self.session.as_mut(),
+        ) {
+            use sha2::Digest as _;
+            session.effects.tpm_certified.push(super::TpmCertified {
+                ak_name: ak.name,
+                key_spki_sha256: sha2::Sha256::digest(&key.spki).into(),
+            });
+        }
+        Ok(verified.map(info).map_err(wit_error))
     }
 
     async fn verify_ek(

@@ -14,8 +14,11 @@
 mod key_attestation;
 pub mod policy;
 mod record;
+pub mod refusal;
 pub(crate) mod renew;
+pub mod request;
 pub mod sink;
+pub mod types;
 
 use std::sync::Arc;
 
@@ -27,11 +30,13 @@ use crate::imports::{Apply, Effects, Session, Settle, Staged};
 use crate::pki::{IssueRequest, Pki, VerifiedCsr, verify_csr};
 use crate::runtime::Runtime;
 use crate::runtime::bindings::types::{
-    self as wit, Deferral, HardwareClaims, JoinRole, NodeKeyAttestation, OpenedToken, Outcome,
+    self as wit, Deferral, HardwareClaims, JoinRole, OpenedToken, Outcome,
 };
-use crate::store::{Db, NewNode, NewNodeCert, NodeRole, RowLock, StoreError, Tx};
+use crate::store::{Db, NewNode, NewNodeCert, NodeRole, NodeRow, RowLock, StoreError, Tx};
 pub use record::ClientInfo;
 use record::{Decision, Round};
+pub use refusal::Refusal;
+use types::{Admission, LockedToken};
 
 /// The attestor a request that names none goes to.
 pub const DEFAULT_ATTESTOR: &str = "join-token";
@@ -50,6 +55,11 @@ enum Decided {
     Deferred(Deferral),
     Admitted(wit::AttestationResult),
 }
+/// The built-in attestors that re-key nodes without a token (x509pop by the node's own
+/// certificate, provisioned by its workflow, tpm by its EK), and so have the operator's reclaim
+/// grant unless `[attestors.<id>] reclaim = false`. A component loaded from `attestors_dir`,
+/// even one replacing a built-in, has it only when the operator says so.
+const RECLAIMING_BUILT_INS: &[&str] = &["x509pop", "provisioned", "tpm"];
 
 /// Why a round produced no signed answer.
 #[derive(Debug, thiserror::Error)]
@@ -68,12 +78,15 @@ pub enum JoinError {
 pub struct JoinSettings {
     /// Lifetime of node and site certificates, in seconds.
     pub cert_ttl_seconds: u32,
+    /// The operator's `[attestors.<id>] reclaim` grants, by attestor id.
+    pub reclaim_grants: std::collections::BTreeMap<String, bool>,
 }
 
 impl Default for JoinSettings {
     fn default() -> Self {
         Self {
             cert_ttl_seconds: 24 * 3600,
+            reclaim_grants: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -90,12 +103,7 @@ pub struct JoinService {
 
 impl JoinService {
     /// A JoinService over a database, the loaded attestors and the PKI.
-    pub fn new(
-        db: Db,
-        runtime: Arc<Runtime<Staged>>,
-        pki: Arc<Pki>,
-        settings: JoinSettings,
-    ) -> Self {
+    pub fn new(db: Db, runtime: Arc<Runtime<Staged>>, pki: Arc<Pki>, settings: JoinSettings) -> Self {
         Self {
             db,
             runtime,
@@ -122,23 +130,31 @@ impl JoinService {
         request: JoinRequest,
         client: &ClientInfo,
     ) -> Result<JoinResponse, JoinError> {
-        let attestor = if request.attestor.is_empty() {
-            DEFAULT_ATTESTOR.to_owned()
+        let requested = if request.attestor.is_empty() {
+            DEFAULT_ATTESTOR
         } else {
-            request.attestor.clone()
+            request.attestor.as_str()
+        };
+        // The id reaches the log, the audit row and the event only once it is a valid id.
+        let valid_id = request::valid_attestor_id(requested);
+        let attestor = if valid_id {
+            requested.to_owned()
+        } else {
+            request::INVALID_ATTESTOR.to_owned()
         };
         let mut round = Round::new(attestor, request.round.clamp(1, MAX_ROUND), client.clone());
+        if !valid_id {
+            let decision = Decision::host(Refusal::BadAttestorId)
+                .detail(format!("an id of {} bytes", requested.len()));
+            return Err(self.refuse(&mut round, decision).await);
+        }
 
         // Before the transaction: everything that needs no row.
         let csr = match verify_csr(&request.csr) {
             Ok(csr) => csr,
             Err(e) => {
-                return Err(self
-                    .refuse(
-                        &mut round,
-                        Decision::refused("bad-csr").detail(e.to_string()),
-                    )
-                    .await);
+                let decision = Decision::host(Refusal::BadCsr).detail(e.to_string());
+                return Err(self.refuse(&mut round, decision).await);
             }
         };
         round.csr_sha256 = Some(csr.sha256);
@@ -149,12 +165,9 @@ impl JoinService {
                 {
                     Ok(token) => Some(token),
                     Err(e) => {
-                        return Err(self
-                            .refuse(
-                                &mut round,
-                                Decision::refused("token-unsealable").detail(e.to_string()),
-                            )
-                            .await);
+                        let decision =
+                            Decision::host(Refusal::TokenUnsealable).detail(e.to_string());
+                        return Err(self.refuse(&mut round, decision).await);
                     }
                 }
             }
@@ -162,14 +175,16 @@ impl JoinService {
         round.token_id = token.as_ref().map(|t| t.id.clone());
         if !self.runtime.contains(&round.attestor) {
             return Err(self
-                .refuse(&mut round, Decision::refused("unknown-attestor"))
+                .refuse(&mut round, Decision::host(Refusal::UnknownAttestor))
                 .await);
         }
-        if !valid_claims(&request.claims) {
-            return Err(self
-                .refuse(&mut round, Decision::refused("bad-claims"))
-                .await);
-        }
+        let claims = match request::normalise_claims(&request.claims) {
+            Ok(claims) => claims,
+            Err(e) => {
+                let decision = Decision::host(Refusal::BadClaims).detail(e.to_string());
+                return Err(self.refuse(&mut round, decision).await);
+            }
+        };
 
         let wit_request = wit::JoinRequest {
             attestor: round.attestor.clone(),
@@ -183,8 +198,8 @@ impl JoinService {
             csr_sha256: csr.sha256.to_vec(),
             csr_spki_sha256: csr.spki_sha256.to_vec(),
             claims: HardwareClaims {
-                macs: request.claims.macs.clone(),
-                product_uuid: request.claims.product_uuid.clone(),
+                macs: claims.macs.clone(),
+                product_uuid: claims.product_uuid.clone(),
             },
             round: round.round,
         };
@@ -207,13 +222,14 @@ impl JoinService {
             let outcome = match call.result {
                 Ok(outcome) => outcome,
                 Err(fault) => {
-                    let decision = Decision::refused(fault.reason()).detail(fault.to_string());
+                    let decision =
+                        Decision::host(Refusal::of_fault(&fault)).detail(fault.to_string());
                     return Err(self.refuse(&mut round, decision).await);
                 }
             };
             let Some(session) = call.session else {
                 return Err(self
-                    .refuse(&mut round, Decision::refused("attestor-fault"))
+                    .refuse(&mut round, Decision::host(Refusal::AttestorFault))
                     .await);
             };
             let (decided, apply) = match outcome {
@@ -223,7 +239,16 @@ impl JoinService {
                     round.tenant_id = r.tenant_id.clone();
                     return Err(self.refuse(&mut round, Decision::refused(&r.reason)).await);
                 }
-                Outcome::Deferred(d) => (Decided::Deferred(d), Apply::OwnRows),
+                Outcome::Deferred(d) => {
+                    // A deferral spends nothing: a round that spent anything applies none of
+                    // its writes and is refused.
+                    if let Some(spent) = spent_in(&session.effects) {
+                        let decision = Decision::host(Refusal::AttestorFault)
+                            .detail(format!("deferred after {spent}"));
+                        return Err(self.refuse(&mut round, decision).await);
+                    }
+                    (Decided::Deferred(d), Apply::OwnRows)
+                }
                 Outcome::Admitted(r) => (Decided::Admitted(r), Apply::Everything),
             };
 
@@ -245,7 +270,7 @@ impl JoinService {
                     drop(tx);
                     round.token_id = Some(id);
                     return Err(self
-                        .refuse(&mut round, Decision::refused("no-uses-left"))
+                        .refuse(&mut round, Decision::host(Refusal::NoUsesLeft))
                         .await);
                 }
                 Err(e) => return Err(unavailable("settle", e)),
@@ -254,7 +279,7 @@ impl JoinService {
                 drop(tx);
                 tracing::info!(attestor = %round.attestor, attempt, %changed, "join round run again");
                 if attempt == MAX_ATTEMPTS {
-                    let decision = Decision::refused("join-conflict").detail(changed);
+                    let decision = Decision::host(Refusal::JoinConflict).detail(changed);
                     return Err(self.refuse(&mut round, decision).await);
                 }
                 continue;
@@ -262,14 +287,36 @@ impl JoinService {
             return match decided {
                 Decided::Deferred(deferral) => self.defer(&mut round, tx, deferral, &csr).await,
                 Decided::Admitted(result) => {
-                    self.admit(&mut round, tx, effects, result, &request, &csr)
+                    let admission = Admitting {
+                        role: request.role,
+                        claims: &claims,
+                        token: token.as_ref().map(|t| policy::RequestToken {
+                            id: &t.id,
+                            secret: &t.secret,
+                        }),
+                        csr: &csr,
+                    };
+                    self.admit(&mut round, tx, effects, result.into(), &admission)
                         .await
                 }
             };
         }
         Err(self
-            .refuse(&mut round, Decision::refused("join-conflict"))
+            .refuse(&mut round, Decision::host(Refusal::JoinConflict))
             .await)
+    }
+
+    /// Whether the operator lets `attestor` re-key nodes without a token: its
+    /// `[attestors.<id>] reclaim`, else the default of the built-ins that need it.
+    fn reclaim_granted(&self, attestor: &str) -> bool {
+        if let Some(granted) = self.settings.reclaim_grants.get(attestor) {
+            return *granted;
+        }
+        RECLAIMING_BUILT_INS.contains(&attestor)
+            && self
+                .runtime
+                .attestors()
+                .any(|a| a.id == attestor && a.source == crate::runtime::Source::BuiltIn)
     }
 
     async fn defer(
@@ -328,51 +375,104 @@ impl JoinService {
         round: &mut Round,
         mut tx: Tx,
         effects: Effects,
-        result: wit::AttestationResult,
-        request: &JoinRequest,
-        csr: &VerifiedCsr,
+        mut result: Admission,
+        request: &Admitting<'_>,
     ) -> Result<JoinResponse, JoinError> {
         round.subject = result.subject.clone();
         round.node_key = result.node_key;
         round.token_id = result.token_id.clone().or(round.token_id.take());
         let now = tx.now().await.map_err(|e| unavailable("now", e))?;
-        let stored = match &result.node_id {
-            Some(id) => {
-                // Locked for the rest of the round (rule: decisions read locked rows).
-                tx.lock_rows(&[RowLock::Node(id.clone())])
-                    .await
-                    .map_err(|e| unavailable("lock node", e))?;
-                tx.node(id).await.map_err(|e| unavailable("node", e))?
-            }
-            None => None,
-        };
-        let existing_role = stored.as_ref().map(|n| n.role);
-        let node = stored.map(crate::imports::wit_node);
-        let minted_for = provisioned_target(&mut tx, &effects, &result)
+        let locked: Vec<LockedToken> = effects
+            .locked_tokens
+            .iter()
+            .map(LockedToken::from)
+            .collect();
+        let minted_for = provisioned_target(&mut tx, &locked, &result)
             .await
             .map_err(|e| unavailable("token workflow", e))?;
-        let facts = policy::Facts {
-            result: &result,
-            effects: &effects,
-            request_token: round
-                .token_id
-                .as_deref()
-                .filter(|_| request.sealed_token.is_some()),
-            role: request.role,
-            claims: &request.claims,
-            now,
-            node: node.as_ref(),
-            minted_for: minted_for.as_deref(),
-        };
-        let placement = match policy::check(&facts) {
-            Ok(p) => p,
-            Err(refusal) => {
-                drop(tx);
-                round.node_id = result.node_id.clone();
-                round.tenant_id = result.tenant_id.clone();
-                return Err(self
-                    .refuse(round, Decision::refused_by_policy(refusal))
-                    .await);
+        let mut approvals = Vec::with_capacity(effects.consumed_join_requests.len());
+        for id in &effects.consumed_join_requests {
+            match tx
+                .find_join_request(id)
+                .await
+                .map_err(|e| unavailable("join request", e))?
+            {
+                Some(row) => approvals.push(row),
+                None => {
+                    drop(tx);
+                    return Err(self
+                        .refuse(round, Decision::host(Refusal::ApprovalMismatch))
+                        .await);
+                }
+            }
+        }
+        let reclaim_granted = self.reclaim_granted(&round.attestor);
+
+        // The policy, then one machine, one node: a join whose trusted hardware key another
+        // node holds re-keys that node (when the token allows it) and is checked again as such.
+        let mut redirected = false;
+        let (placement, hardware_key) = loop {
+            let node = match &result.node_id {
+                Some(id) => node_state(&mut tx, id, now).await?,
+                None => None,
+            };
+            let facts = policy::Facts {
+                attestor: &round.attestor,
+                result: &result,
+                locked_tokens: &locked,
+                consumed_tokens: &effects.consumed_tokens,
+                tpm_certified: &effects.tpm_certified,
+                request_token: request.token,
+                role: request.role,
+                claims: request.claims,
+                csr_sha256: &request.csr.sha256,
+                csr_spki_sha256: &request.csr.spki_sha256,
+                now,
+                node: node.as_ref().map(|(n, s)| (n, s)),
+                minted_for: minted_for.as_deref(),
+                reclaim_granted,
+                approvals: &approvals,
+            };
+            let checked = policy::check(&facts).map(|placement| {
+                let token = locked
+                    .iter()
+                    .find(|t| Some(&t.id) == placement.token_id.as_ref());
+                (placement, token)
+            });
+            let (placement, token) = match checked {
+                Ok(p) => p,
+                Err(refusal) => {
+                    drop(tx);
+                    round.node_id = result.node_id.clone();
+                    round.tenant_id = result.tenant_id.clone();
+                    return Err(self.refuse(round, Decision::host(refusal)).await);
+                }
+            };
+            let key = policy::trusted_hardware_key(&result, token, request.role);
+            let held_by = match &key {
+                Some(key) => tx
+                    .hardware_key_holder(key)
+                    .await
+                    .map_err(|e| unavailable("hardware key", e))?,
+                None => None,
+            };
+            match policy::hardware_key_admits(
+                held_by.as_deref(),
+                &placement,
+                token,
+                minted_for.as_deref(),
+            ) {
+                Ok(policy::HardwareKey::Free) => break (placement, key),
+                Ok(policy::HardwareKey::ReclaimHolder(holder)) if !redirected => {
+                    redirected = true;
+                    result.node_id = Some(holder);
+                }
+                Ok(policy::HardwareKey::ReclaimHolder(_)) | Err(_) => {
+                    drop(tx);
+                    round.node_id = held_by.or(placement.node_id);
+                    round.tenant_id = Some(placement.tenant_id);
+                    return Err(self.refuse(round, Decision::host(Refusal::Reclaim)).await);
+                }
             }
         };
         round.tenant_id = Some(placement.tenant_id.clone());
@@ -397,7 +497,7 @@ impl JoinService {
                 drop(tx);
                 round.node_id = placement.node_id.clone();
                 let owner = pool.and_then(|p| p.owner);
-                let decision = Decision::refused_by_policy(refusal)
+                let decision = Decision::host(refusal)
                     .with("poolId", pool_id.as_str())
                     .with("owner", owner);
                 return Err(self.refuse(round, decision).await);
@@ -415,14 +515,18 @@ impl JoinService {
                     drop(tx);
                     round.node_id = Some(other);
                     return Err(self
-                        .refuse(round, Decision::refused("bound-elsewhere"))
+                        .refuse(round, Decision::host(Refusal::BoundElsewhere))
                         .await);
                 }
                 _ => {}
             }
         }
 
-        let (node_id, generation) = match (&placement.node_id, &node) {
+        let existing = match &placement.node_id {
+            Some(id) => tx.node(id).await.map_err(|e| unavailable("node", e))?,
+            None => None,
+        };
+        let (node_id, generation) = match (&placement.node_id, &existing) {
             (Some(id), Some(existing)) => {
                 // Re-key in place: a new identity generation; every older certificate revoked.
                 let generation = existing.identity_generation + 1;
@@ -432,15 +536,21 @@ impl JoinService {
                     .map_err(|e| unavailable("rekey", e))?;
                 if !moved {
                     // Another reclaim committed first, or the node was retired or deleted
-                    // meanwhile: refused with its reason (the agent may retry and is then
-                    // admitted or refused afresh), never a bare failure.
+                    // meanwhile: refused with its reason; the agent may try again.
                     drop(tx);
                     round.node_id = Some(id.clone());
-                    return Err(self.refuse(round, Decision::refused("reclaim-raced")).await);
+                    return Err(self
+                        .refuse(round, Decision::host(Refusal::ReclaimRace))
+                        .await);
                 }
                 tx.revoke_node_certs_below(id, generation)
                     .await
                     .map_err(|e| unavailable("revoke", e))?;
+                if let Some(key) = &hardware_key {
+                    tx.fill_hardware_key(id, key)
+                        .await
+                        .map_err(|e| unavailable("hardware key", e))?;
+                }
                 (id.clone(), generation)
             }
             _ => {
@@ -452,7 +562,7 @@ impl JoinService {
                     site_id: placement.site_id.clone(),
                     role: node_role(request.role),
                     identity_generation: 1,
-                    hardware_key: request.claims.product_uuid.clone(),
+                    hardware_key: hardware_key.clone(),
                     created_at: now,
                 })
                 .await
@@ -469,7 +579,7 @@ impl JoinService {
                     drop(tx);
                     round.node_id = Some(other);
                     return Err(self
-                        .refuse(round, Decision::refused("bound-elsewhere"))
+                        .refuse(round, Decision::host(Refusal::BoundElsewhere))
                         .await);
                 }
                 Err(e) => return Err(unavailable("bind", e)),
@@ -478,7 +588,10 @@ impl JoinService {
 
         let role = issued_role(
             request.role,
-            existing_role.filter(|_| placement.node_id.is_some()),
+            existing
+                .as_ref()
+                .map(|n| n.role)
+                .filter(|_| placement.node_id.is_some()),
         );
         // Both checked by the policy already: a certified key's AK statement (the second URI
         // SAN, after the SPIFFE ID, which every renewal must prove again) and a ramdisk's kinds.
@@ -503,7 +616,7 @@ impl JoinService {
                     shorter_ttl_seconds: result.cert_ttl_seconds,
                     now,
                 },
-                csr,
+                request.csr,
             )
             .await?;
         let decision = Decision::admitted();
@@ -604,13 +717,12 @@ impl JoinService {
 /// policy lets that token re-key exactly that node ([`policy::Facts::minted_for`]).
 async fn provisioned_target(
     tx: &mut Tx,
-    effects: &Effects,
-    result: &wit::AttestationResult,
+    locked: &[LockedToken],
+    result: &Admission,
 ) -> Result<Option<String>, StoreError> {
-    let provisioned = effects
-        .locked_tokens
-        .iter()
-        .find(|t| Some(&t.id) == result.token_id.as_ref() && t.role == wit::TokenRole::Provisioned);
+    let provisioned = locked.iter().find(|t| {
+        Some(&t.id) == result.token_id.as_ref() && t.role == crate::store::TokenRole::Provisioned
+    });
     let Some(token) = provisioned else {
         return Ok(None);
     };
@@ -619,6 +731,74 @@ async fn provisioned_target(
         .await?
         .filter(|w| w.state == crate::store::WORKFLOW_RUNNING)
         .map(|w| w.node_id))
+}
+
+/// What the attestor spent in a round it deferred, if anything (a deferral spends nothing).
+fn spent_in(effects: &crate::imports::Effects) -> Option<String> {
+    let mut spent = Vec::new();
+    if !effects.consumed_tokens.is_empty() {
+        spent.push(format!(
+            "a use of token {}",
+            effects.consumed_tokens.join(", ")
+        ));
+    }
+    if !effects.recorded_uses.is_empty() {
+        spent.push(format!(
+            "{} single-use evidence record(s)",
+            effects.recorded_uses.len()
+        ));
+    }
+    if !effects.consumed_join_requests.is_empty() {
+        spent.push(format!(
+            "join request {}",
+            effects.consumed_join_requests.join(", ")
+        ));
+    }
+    (!spent.is_empty()).then(|| format!("spending {}", spent.join(" and ")))
+}
+
+/// The node a result names, and what the policy needs to know about it: the kinds of its
+/// bindings and whether a live certificate of its current generation names a TPM AK.
+async fn node_state(
+    tx: &mut Tx,
+    id: &str,
+    now: i64,
+) -> Result<Option<(NodeRow, policy::NodeState)>, JoinError> {
+    // Locked for the rest of the round (rule: decisions read locked rows).
+    tx.lock_rows(&[RowLock::Node(id.to_owned())])
+        .await
+        .map_err(|e| unavailable("lock node", e))?;
+    let Some(node) = tx.node(id).await.map_err(|e| unavailable("node", e))? else {
+        return Ok(None);
+    };
+    let binding_kinds = tx
+        .node_bindings(id)
+        .await
+        .map_err(|e| unavailable("node bindings", e))?
+        .into_iter()
+        .map(|(kind, _)| kind)
+        .collect();
+    let tpm_bound = tx
+        .live_node_certs(id, now)
+        .await
+        .map_err(|e| unavailable("node certificates", e))?
+        .iter()
+        .any(|c| c.generation == node.identity_generation && policy::names_tpm_ak(&c.statements));
+    Ok(Some((
+        node,
+        policy::NodeState {
+            binding_kinds,
+            tpm_bound,
+        },
+    )))
+}
+
+/// The parts of the request an admission is checked against (claims already normalised).
+struct Admitting<'a> {
+    role: Role,
+    claims: &'a gatehouse_proto::Claims,
+    token: Option<policy::RequestToken<'a>>,
+    csr: &'a VerifiedCsr,
 }
 
 fn unavailable(what: &str, e: impl std::fmt::Display) -> JoinError {
@@ -640,15 +820,6 @@ fn wit_role(role: Role) -> JoinRole {
         Role::Site => JoinRole::Site,
         Role::Ramdisk => JoinRole::Ramdisk,
     }
-}
-
-/// Claims are unverified but bounded: at most 64 MACs and short strings.
-fn valid_claims(c: &gatehouse_proto::Claims) -> bool {
-    c.macs.len() <= 64
-        && c.macs.iter().all(|m| m.len() <= 64 && m.is_ascii())
-        && c.product_uuid
-            .as_ref()
-            .is_none_or(|u| u.len() <= 64 && u.is_ascii())
 }
 
 /// A fresh id: `prefix` and 26 characters of lowercase base32 (130 random bits).
@@ -680,13 +851,5 @@ fn issued_role(requested: Role, existing: Option<NodeRole>) -> NodeRole {
     match (requested, existing) {
         (Role::Node, Some(NodeRole::NodeTenant)) => NodeRole::NodeTenant,
         (role, _) => node_role(role),
-    }
-}
-
-/// Re-exported for the audit of TPM-held keys.
-pub(crate) fn node_key_label(k: NodeKeyAttestation) -> &'static str {
-    match k {
-        NodeKeyAttestation::Tpm => "tpm",
-        NodeKeyAttestation::Unattested => "unattested",
     }
 }

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::runtime::bindings::types::NodeKeyAttestation;
+use super::types::NodeKey;
 use crate::store::{AuditResult, NewAudit, NewEvent, StoreError, Tx};
 
 /// Who sent the round.
@@ -37,7 +37,7 @@ pub(super) struct Round {
     pub node_id: Option<String>,
     pub tenant_id: Option<String>,
     pub subject: Option<String>,
-    pub node_key: NodeKeyAttestation,
+    pub node_key: NodeKey,
     pub elapsed: Duration,
 }
 
@@ -53,7 +53,7 @@ impl Round {
             node_id: None,
             tenant_id: None,
             subject: None,
-            node_key: NodeKeyAttestation::Unattested,
+            node_key: NodeKey::Unattested,
             elapsed: Duration::ZERO,
         }
     }
@@ -113,10 +113,11 @@ impl Decision {
         }
     }
 
-    /// A refusal by JoinService's own policy (see `by_join_service`).
-    pub(super) fn refused_by_policy(refusal: super::policy::PolicyRefusal) -> Self {
+    /// A refusal by JoinService itself; `by_join_service` when its policy overrode an
+    /// admission ([`super::Refusal::overrides_admission`]).
+    pub(super) fn host(refusal: super::Refusal) -> Self {
         Self {
-            by_join_service: true,
+            by_join_service: refusal.overrides_admission(),
             ..Self::refused(&refusal.reason())
         }
     }
@@ -159,7 +160,7 @@ pub(super) async fn write(
     decision: &Decision,
 ) -> Result<i64, StoreError> {
     let at = tx.now().await?;
-    let node_key = super::node_key_label(round.node_key);
+    let node_key = round.node_key.label();
     let mut payload = serde_json::json!({
         "attestor": round.attestor,
         "round": round.round,

@@ -171,7 +171,7 @@ impl JoinService {
                     role: cert.role,
                     generation: cert.generation,
                     statements: &cert.statements,
-                    shorter_ttl_seconds: None,
+                    shorter_ttl_seconds: renewal_ttl_seconds(&cert),
                     now,
                 },
                 &csr,
@@ -185,6 +185,18 @@ impl JoinService {
         record::log(&round, &decision);
         Ok(response)
     }
+}
+
+/// The lifetime a renewal keeps: a ramdisk's certificate lasts no longer than the one it
+/// replaces, so the attestor's `certTtlSeconds` (say 15 minutes) holds for every renewal, not
+/// only the role's 2-hour cap. Issued certificates are back-dated a minute
+/// (`JoinService::issue`), which is taken off again. Other roles get the configured lifetime.
+fn renewal_ttl_seconds(cert: &NodeCertRow) -> Option<u32> {
+    if cert.role != NodeRole::Ramdisk {
+        return None;
+    }
+    let lived = (cert.not_after - cert.not_before) / 1000 - 60;
+    Some(u32::try_from(lived.max(0)).unwrap_or(u32::MAX))
 }
 
 fn refused(r: RenewRefusal) -> Decision {
@@ -255,6 +267,24 @@ mod tests {
             statements: vec![],
             created_at: 100,
         }
+    }
+
+    #[test]
+    fn a_ramdisk_renewal_keeps_its_lifetime() {
+        // Issued for 15 minutes (back-dated a minute).
+        let ramdisk = NodeCertRow {
+            role: NodeRole::Ramdisk,
+            not_before: 1_000_000 - 60_000,
+            not_after: 1_000_000 + 900_000,
+            ..cert()
+        };
+        assert_eq!(renewal_ttl_seconds(&ramdisk), Some(900));
+        assert_eq!(renewal_ttl_seconds(&cert()), None);
+        let inverted = NodeCertRow {
+            not_after: 0,
+            ..ramdisk
+        };
+        assert_eq!(renewal_ttl_seconds(&inverted), Some(0));
     }
 
     #[test]

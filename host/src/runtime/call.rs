@@ -200,6 +200,15 @@ pub(crate) fn is_code(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
+/// A binding kind: a code (`tpm-ek`), or `<attestor-id>:<code>` for an attestor's own kinds
+/// (which JoinService's policy then checks the attestor owns).
+fn is_binding_kind(s: &str) -> bool {
+    match s.split_once(':') {
+        Some((owner, kind)) => is_code(owner) && is_code(kind),
+        None => is_code(s),
+    }
+}
+
 /// An id-like string from a guest: 1 to 128 bytes of ASCII graphic characters.
 fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_graphic())
@@ -252,8 +261,8 @@ fn validate_result(a: &AttestationResult) -> Result<(), String> {
         return Err("more than 8 bindings".into());
     }
     for b in &a.bindings {
-        if !is_code(&b.kind) || !is_id(&b.value) {
-            return Err("a binding is not a code and an id".into());
+        if !is_binding_kind(&b.kind) || !is_id(&b.value) {
+            return Err("a binding is not a kind and an id".into());
         }
     }
     if let Some(uri) = &a.node_key_uri
@@ -299,6 +308,24 @@ mod tests {
             "a_b",
         ] {
             assert!(!is_code(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn binding_kinds_are_codes_or_namespaced_codes() {
+        for ok in ["tpm-ek", "mine:serial", "foreign-binding-kind:serial"] {
+            assert!(is_binding_kind(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ":",
+            "mine:",
+            ":serial",
+            "a:b:c",
+            "Mine:serial",
+            "mine:Serial",
+        ] {
+            assert!(!is_binding_kind(bad), "{bad}");
         }
     }
 

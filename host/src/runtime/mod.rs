@@ -24,6 +24,7 @@ use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
 
 pub use cache::CacheError;
+pub(crate) use call::is_code;
 pub use call::{CallOutcome, Fault};
 pub use loader::{AttestorSummary, LoadError, Source};
 

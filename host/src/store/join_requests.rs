@@ -187,7 +187,7 @@ impl Tx {
         row.as_ref().map(request).transpose()
     }
 
-    /// Marks an approved, unexpired request of `attestor` used, so it admits once. False if
+    /// Marks an approved, unexpired request of `attestor` `used`, so it admits once. False if
     /// it is not approved, expired, used, or not this attestor's.
     pub async fn consume_join_request(
         &mut self,
@@ -196,12 +196,12 @@ impl Tx {
     ) -> Result<bool, StoreError> {
         let sql = self.pick(
             concat!(
-                "UPDATE join_requests SET state = 'expired' WHERE attestor = $1 AND id = $2 \
+                "UPDATE join_requests SET state = 'used' WHERE attestor = $1 AND id = $2 \
                  AND state = 'approved' AND expires_at > ",
                 sqlite_now!()
             ),
             concat!(
-                "UPDATE join_requests SET state = 'expired' WHERE attestor = $1 AND id = $2 \
+                "UPDATE join_requests SET state = 'used' WHERE attestor = $1 AND id = $2 \
                  AND state = 'approved' AND expires_at > ",
                 postgres_now!()
             ),

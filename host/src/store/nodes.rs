@@ -308,6 +308,29 @@ impl Tx {
         Ok(Some(generation))
     }
 
+    /// The live node holding a trusted hardware key, if any (retiring or deleting a node
+    /// frees its key).
+    pub async fn hardware_key_holder(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        let q = sqlx::query("SELECT id FROM nodes WHERE hardware_key = $1").bind(key);
+        let row = self.fetch_optional(q).await?;
+        row.map(|r| Fields::new(&r, "nodes").text("id")).transpose()
+    }
+
+    /// Records a node's trusted hardware key when it has none yet (a node keeps the key it
+    /// first joined with). False when the node already had one.
+    pub async fn fill_hardware_key(
+        &mut self,
+        node_id: &str,
+        key: &str,
+    ) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "UPDATE nodes SET hardware_key = $2 WHERE id = $1 AND hardware_key IS NULL",
+        )
+        .bind(node_id)
+        .bind(key);
+        Ok(self.execute(q).await? > 0)
+    }
+
     /// The hardware identities bound to a node, as `(kind, value)`, ordered.
     pub async fn node_bindings(
         &mut self,

@@ -121,8 +121,10 @@ text_enum! {
         Approved = "approved",
         /// Denied by an operator.
         Denied = "denied",
-        /// Not decided in time, lapsed after approval, or already used.
+        /// Not decided in time, or lapsed after approval before it was used.
         Expired = "expired",
+        /// Its approval admitted the machine (once: it admits nothing more).
+        Used = "used",
     }
 }
 
