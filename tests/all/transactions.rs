@@ -122,7 +122,8 @@ async fn kv_writes_are_capped(backend: Backend) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-pub(crate) async fn transactions_kv_writes_past_the_limits_are_refused_in_every_round_and_leave_nothing() {
+pub(crate) async fn transactions_kv_writes_past_the_limits_are_refused_in_every_round_and_leave_nothing()
+ {
     for backend in backends() {
         kv_writes_are_capped(backend).await;
     }
