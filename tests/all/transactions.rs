@@ -73,17 +73,20 @@ async fn flood_host(backend: Backend, config: serde_json::Value) -> TestHost {
     TestHost::start_with(HostOptions {
         attestors: vec![PathBuf::from(gatehouse_test_artifacts::KV_FLOOD)],
         attestor_config: vec![("kv-flood".into(), config)],
+        // A generous deadline: the refusal must be the write limit's, not a deadline's on a
+        // busy machine.
+        call_timeout_ms: 5000,
         ..HostOptions::new(backend)
     })
     .await
 }
 
-/// Rule 15: an attestor that writes 40 values of 64 KiB in each of two deferred rounds (no
-/// token needed) is refused `write-limit` in both, and its key/value space stays empty. The
+/// Rule 15: an attestor that writes 40 values of 8 KiB in each of two deferred rounds (no
+/// token needed; past both the count and the byte limit) is refused `write-limit` in both, and its key/value space stays empty. The
 /// same attestor within the limits defers and its rows are applied: the limit, not a host
 /// that drops a deferral's writes, is what refused.
 async fn kv_writes_are_capped(backend: Backend) {
-    let host = flood_host(backend, serde_json::json!({})).await;
+    let host = flood_host(backend, serde_json::json!({"puts": 40, "bytes": 8192})).await;
     let client = JoinClient::new(&host.url(), &host.trust).unwrap();
     let csr = build_csr(&NodeKey::generate().unwrap()).unwrap();
     for round in 1..=2 {
@@ -122,7 +125,8 @@ async fn kv_writes_are_capped(backend: Backend) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-pub(crate) async fn transactions_kv_writes_past_the_limits_are_refused_in_every_round_and_leave_nothing() {
+pub(crate) async fn transactions_kv_writes_past_the_limits_are_refused_in_every_round_and_leave_nothing()
+ {
     for backend in backends() {
         kv_writes_are_capped(backend).await;
     }

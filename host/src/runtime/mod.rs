@@ -195,6 +195,7 @@ impl<B: TxBackend> Runtime<B> {
                             pre: l.pre,
                             config: l.config,
                             calls: Arc::new(Semaphore::new(config.max_calls_per_attestor as usize)),
+                            waiting: AtomicUsize::new(0),
                         },
                     )
                 })
