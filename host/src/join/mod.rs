@@ -397,7 +397,7 @@ impl JoinService {
                     return Err(self.refuse(round, Decision::host(refusal)).await);
                 }
             };
-            let key = policy::trusted_hardware_key(&result, token, request.role);
+            let key = policy::trusted_hardware_key(token, request.role);
             let held_by = match &key {
                 Some(key) => tx
                     .hardware_key_holder(key)

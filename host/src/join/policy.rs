@@ -281,34 +281,21 @@ pub fn token_reclaims(token: &LockedToken, node_id: &str, minted_for: Option<&st
 }
 
 /// The machine's trusted hardware key (seed: "one machine, one node"), or none. Only what
-/// evidence backs counts, never a bare claim:
-///
-/// - `uuid:<product uuid>` when the spent token's `expect.productUuid` bound the join to that
-///   machine (the operator's word, which [`check`] has compared with the claim);
-/// - otherwise `tpm-ek:<hash>`, the endorsement key the `tpm` attestor proved (the only
-///   attestor that may bind `tpm-ek`).
+/// evidence backs counts, never a bare claim: `uuid:<product uuid>` when the spent token's
+/// `expect.productUuid` bound the join to that machine (the operator's word, which [`check`]
+/// has compared with the claim). A TPM's EK is not a key here: its `tpm-ek` binding already
+/// admits one node only (`bound-elsewhere`).
 ///
 /// A node keeps the key it first joined with; a reclaim of it fills the key in when it had
 /// none. A ramdisk holds none: it is a short-lived, restricted identity of a machine that is
 /// (or becomes) a node, and boots again as a new ramdisk.
-pub fn trusted_hardware_key(
-    result: &Admission,
-    token: Option<&LockedToken>,
-    role: Role,
-) -> Option<String> {
+pub fn trusted_hardware_key(token: Option<&LockedToken>, role: Role) -> Option<String> {
     if role == Role::Ramdisk {
         return None;
     }
     token
         .and_then(|t| t.expect.product_uuid.as_deref())
         .map(|uuid| format!("uuid:{}", uuid.to_ascii_lowercase()))
-        .or_else(|| {
-            result
-                .bindings
-                .iter()
-                .find(|b| b.kind == TPM_EK_BINDING)
-                .map(|b| format!("{TPM_EK_BINDING}:{}", b.value))
-        })
 }
 
 /// What to do about the live node that holds the machine's hardware key, if any.
@@ -919,28 +906,18 @@ mod tests {
     #[test]
     fn one_machine_one_node() {
         let uuid = World::new().token(|t| t.expect.product_uuid = Some("AA-BB".into()));
-        let key = trusted_hardware_key(&uuid.result, uuid.tokens.first(), Role::Node);
+        let key = trusted_hardware_key(uuid.tokens.first(), Role::Node);
         assert_eq!(key.as_deref(), Some("uuid:aa-bb"));
         assert_eq!(
-            trusted_hardware_key(&uuid.result, uuid.tokens.first(), Role::Ramdisk),
+            trusted_hardware_key(uuid.tokens.first(), Role::Ramdisk),
             None
         );
         // A bare claim is no key.
         let mut claim = World::new();
         claim.claims.product_uuid = Some("aa-bb".into());
-        assert_eq!(
-            trusted_hardware_key(&claim.result, claim.tokens.first(), Role::Node),
-            None
-        );
-        let mut tpm = World::tokenless("tpm");
-        tpm.result.bindings = vec![Binding {
-            kind: TPM_EK_BINDING.into(),
-            value: "ab".into(),
-        }];
-        assert_eq!(
-            trusted_hardware_key(&tpm.result, None, Role::Node).as_deref(),
-            Some("tpm-ek:ab")
-        );
+        assert_eq!(trusted_hardware_key(claim.tokens.first(), Role::Node), None);
+        // A TPM's EK is no hardware key (its binding is unique already).
+        assert_eq!(trusted_hardware_key(None, Role::Node), None);
 
         let new = Placement {
             node_id: None,
