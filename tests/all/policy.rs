@@ -580,7 +580,7 @@ pub(crate) async fn untrusted_request_fields() {
             },
             Claims {
                 macs: vec![],
-                product_uuid: Some("4c4c\04544".into()),
+                product_uuid: Some("4c4c\u{0}4544".into()),
             },
             Claims {
                 macs: vec!["not a mac".into()],

@@ -1,7 +1,7 @@
 -- JoinService holds the line (issue 11).
 --
 -- One machine, one node: a node's hardware_key is the machine's trusted hardware key (what
--- evidence backs: a token's expect.productUuid, or a TPM's EK; see join::policy), held by at
+-- evidence backs: a token's expect.productUuid; see join::policy), held by at
 -- most one live node (retiring or deleting a node frees it). Keys recorded before this were
 -- the agent's bare product-UUID claim, which is not trusted: they are dropped.
 UPDATE nodes SET hardware_key = NULL;

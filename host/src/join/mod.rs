@@ -407,6 +407,10 @@ impl JoinService {
             }
         }
         let reclaim_granted = self.reclaim_granted(&round.attestor);
+        let builtin_tpm = round.attestor == policy::TPM_ATTESTOR
+            && self.runtime.attestors().any(|a| {
+                a.id == policy::TPM_ATTESTOR && a.source == crate::runtime::Source::BuiltIn
+            });
 
         // The policy, then one machine, one node: a join whose trusted hardware key another
         // node holds re-keys that node (when the token allows it) and is checked again as such.
@@ -432,6 +436,7 @@ impl JoinService {
                 minted_for: minted_for.as_deref(),
                 reclaim_granted,
                 approvals: &approvals,
+                builtin_tpm,
             };
             let checked = policy::check(&facts).map(|placement| {
                 let token = locked
@@ -448,7 +453,7 @@ impl JoinService {
                     return Err(self.refuse(round, Decision::host(refusal)).await);
                 }
             };
-            let key = policy::trusted_hardware_key(&result, token, request.role);
+            let key = policy::trusted_hardware_key(token, request.role);
             let held_by = match &key {
                 Some(key) => tx
                     .hardware_key_holder(key)

@@ -39,7 +39,7 @@ use crate::store::{JoinRequestRow, NodeRole, NodeRow, PoolRow, TokenRole};
 /// The binding kind of a TPM's endorsement key, which only the `tpm` attestor writes.
 pub const TPM_EK_BINDING: &str = "tpm-ek";
 /// The attestor that owns [`TPM_EK_BINDING`].
-const TPM_ATTESTOR: &str = "tpm";
+pub const TPM_ATTESTOR: &str = "tpm";
 /// The certificate statement that names a TPM attestation key.
 const TPM_AK_PREFIX: &str = gatehouse_proto::tpm::TPM_AK_STATEMENT_PREFIX;
 
@@ -98,6 +98,10 @@ pub struct Facts<'a> {
     pub reclaim_granted: bool,
     /// The join requests the attestor consumed, as read after the call.
     pub approvals: &'a [JoinRequestRow],
+    /// Whether the attestor is the built-in `tpm`, whose admitting round after an approval
+    /// decides from a certification it verified (through the host) in an earlier round and
+    /// remembered; every other attestor must have the host verify it in the admitting round.
+    pub builtin_tpm: bool,
 }
 
 /// Where the machine joins, once the policy accepts the result.
@@ -136,14 +140,15 @@ fn proves_tpm_key(f: &Facts<'_>) -> bool {
         .as_deref()
         .map(gatehouse_proto::tpm::ak_name_from_statement);
     f.result.node_key == NodeKey::Tpm
-        && f.tpm_certified.iter().any(|c| {
-            c.key_spki_sha256 == *f.csr_spki_sha256
-                && match &ak {
-                    None => true,
-                    Some(None) => false,
-                    Some(Some(name)) => *name == c.ak_name,
-                }
-        })
+        && ((f.builtin_tpm && !matches!(ak, Some(None)))
+            || f.tpm_certified.iter().any(|c| {
+                c.key_spki_sha256 == *f.csr_spki_sha256
+                    && match &ak {
+                        None => true,
+                        Some(None) => false,
+                        Some(Some(name)) => *name == c.ak_name,
+                    }
+            }))
 }
 
 /// Applies every rule; the first that fails refuses the join.
@@ -281,34 +286,21 @@ pub fn token_reclaims(token: &LockedToken, node_id: &str, minted_for: Option<&st
 }
 
 /// The machine's trusted hardware key (seed: "one machine, one node"), or none. Only what
-/// evidence backs counts, never a bare claim:
-///
-/// - `uuid:<product uuid>` when the spent token's `expect.productUuid` bound the join to that
-///   machine (the operator's word, which [`check`] has compared with the claim);
-/// - otherwise `tpm-ek:<hash>`, the endorsement key the `tpm` attestor proved (the only
-///   attestor that may bind `tpm-ek`).
+/// evidence backs counts, never a bare claim: `uuid:<product uuid>` when the spent token's
+/// `expect.productUuid` bound the join to that machine (the operator's word, which [`check`]
+/// has compared with the claim). A TPM's EK is not a key here: its `tpm-ek` binding already
+/// admits one node only (`bound-elsewhere`).
 ///
 /// A node keeps the key it first joined with; a reclaim of it fills the key in when it had
 /// none. A ramdisk holds none: it is a short-lived, restricted identity of a machine that is
 /// (or becomes) a node, and boots again as a new ramdisk.
-pub fn trusted_hardware_key(
-    result: &Admission,
-    token: Option<&LockedToken>,
-    role: Role,
-) -> Option<String> {
+pub fn trusted_hardware_key(token: Option<&LockedToken>, role: Role) -> Option<String> {
     if role == Role::Ramdisk {
         return None;
     }
     token
         .and_then(|t| t.expect.product_uuid.as_deref())
         .map(|uuid| format!("uuid:{}", uuid.to_ascii_lowercase()))
-        .or_else(|| {
-            result
-                .bindings
-                .iter()
-                .find(|b| b.kind == TPM_EK_BINDING)
-                .map(|b| format!("{TPM_EK_BINDING}:{}", b.value))
-        })
 }
 
 /// What to do about the live node that holds the machine's hardware key, if any.
@@ -586,6 +578,7 @@ mod tests {
                 minted_for: self.minted_for,
                 reclaim_granted: self.reclaim_granted,
                 approvals: &self.approvals,
+                builtin_tpm: false,
             })
         }
 
@@ -919,28 +912,18 @@ mod tests {
     #[test]
     fn one_machine_one_node() {
         let uuid = World::new().token(|t| t.expect.product_uuid = Some("AA-BB".into()));
-        let key = trusted_hardware_key(&uuid.result, uuid.tokens.first(), Role::Node);
+        let key = trusted_hardware_key(uuid.tokens.first(), Role::Node);
         assert_eq!(key.as_deref(), Some("uuid:aa-bb"));
         assert_eq!(
-            trusted_hardware_key(&uuid.result, uuid.tokens.first(), Role::Ramdisk),
+            trusted_hardware_key(uuid.tokens.first(), Role::Ramdisk),
             None
         );
         // A bare claim is no key.
         let mut claim = World::new();
         claim.claims.product_uuid = Some("aa-bb".into());
-        assert_eq!(
-            trusted_hardware_key(&claim.result, claim.tokens.first(), Role::Node),
-            None
-        );
-        let mut tpm = World::tokenless("tpm");
-        tpm.result.bindings = vec![Binding {
-            kind: TPM_EK_BINDING.into(),
-            value: "ab".into(),
-        }];
-        assert_eq!(
-            trusted_hardware_key(&tpm.result, None, Role::Node).as_deref(),
-            Some("tpm-ek:ab")
-        );
+        assert_eq!(trusted_hardware_key(claim.tokens.first(), Role::Node), None);
+        // A TPM's EK is no hardware key (its binding is unique already).
+        assert_eq!(trusted_hardware_key(None, Role::Node), None);
 
         let new = Placement {
             node_id: None,
