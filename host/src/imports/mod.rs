@@ -25,7 +25,6 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 pub use backend::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
 pub(crate) use limits::MemoryLimiter;
 pub use staged::{Apply, Settle, Staged};
-pub(crate) use store_tx::node as wit_node;
 
 /// The representation of the `tx` borrow every `verify` call is given.
 pub(crate) fn transaction_rep() -> u32 {
