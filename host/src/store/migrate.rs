@@ -41,6 +41,11 @@ static SQLITE: &[Embedded] = &[
         description: "event_order",
         sql: include_str!("../../migrations/sqlite/0003_event_order.sql"),
     },
+    Embedded {
+        version: 4,
+        description: "discovery_workflows",
+        sql: include_str!("../../migrations/sqlite/0004_discovery_workflows.sql"),
+    },
 ];
 
 /// The Postgres migrations, in order.
@@ -59,6 +64,11 @@ static POSTGRES: &[Embedded] = &[
         version: 3,
         description: "event_order",
         sql: include_str!("../../migrations/postgres/0003_event_order.sql"),
+    },
+    Embedded {
+        version: 4,
+        description: "discovery_workflows",
+        sql: include_str!("../../migrations/postgres/0004_discovery_workflows.sql"),
     },
 ];
 

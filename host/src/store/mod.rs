@@ -51,7 +51,8 @@ pub use db::{Backend, Db, sqlite_url};
 pub use error::StoreError;
 pub use kv::KV_VALUE_MAX;
 pub use provisioning::{
-    USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_FAILED, WORKFLOW_RUNNING, WORKFLOW_SUCCEEDED,
+    DiscoveryWorkflowRow, USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_FAILED, WORKFLOW_RUNNING,
+    WORKFLOW_SUCCEEDED,
 };
 pub use rows::{
     AuditResult, AuditRow, EventRow, InventoryRow, JoinDecision, JoinRequestRow, JoinRequestState,
