@@ -141,21 +141,28 @@ async fn certs(host: &TestHost, node_id: &str) -> Vec<NodeCertRow> {
     rows
 }
 
-/// The operator starts a discovery workflow for `mac` at `site` (`gatehouse workflows start
-/// --mac --site`, through the admin API): its id.
+/// The operator starts a discovery workflow for `mac` at `site` with `gatehouse workflows
+/// start --mac --site` (the admin API underneath): its id.
 async fn discovery_workflow(host: &TestHost, site: &str, mac: &str) -> String {
-    let resp = host
-        .http()
-        .post(format!("{}/v1/admin/workflows", host.url()))
-        .bearer_auth(&host.admin_key)
-        .json(&serde_json::json!({
-            "kind": "discovery", "siteId": site, "mac": mac, "productUuid": UUID,
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success(), "start: {}", resp.status());
-    let body: serde_json::Value = resp.json().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (exit, out) = host
+        .cli(
+            dir.path(),
+            &[
+                "workflows",
+                "start",
+                "--mac",
+                mac,
+                "--site",
+                site,
+                "--product-uuid",
+                UUID,
+                "--json",
+            ],
+        )
+        .await;
+    let out = exit.output(out).unwrap();
+    let body: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(body["kind"], "discovery");
     assert_eq!(body["state"], "running");
     body["id"].as_str().unwrap().to_owned()
