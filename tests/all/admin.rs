@@ -20,14 +20,15 @@ async fn start_with_key(key: &[u8]) -> (tempfile::TempDir, Result<TestHost, Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_does_not_start_with_a_short_admin_key() {
-    for key in [
-        &b""[..],
+    let keys: [&[u8]; 6] = [
+        b"",
         b"\n",
         b"   \n",
         b"short-key",
         &[b'k'; 31],
         b"  0123456789abcdef0123456789abcde \n",
-    ] {
+    ];
+    for key in keys {
         let (_dir, started) = start_with_key(key).await;
         match started {
             Ok(host) => {

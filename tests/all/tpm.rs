@@ -655,7 +655,7 @@ fn capturing(
     captured: &Captured,
 ) -> impl FnOnce(TpmProducer, &TpmNodeKey) -> Box<dyn EvidenceProducer> {
     let captured = captured.clone();
-    move |inner, _| {
+    move |inner: TpmProducer, _: &TpmNodeKey| -> Box<dyn EvidenceProducer> {
         Box::new(Tampering {
             inner,
             tamper: Box::new(move |_, _, csr, a| {

@@ -266,7 +266,7 @@ pub(super) struct ShownDiscovery {
 async fn start_discovery_workflow(
     state: &AppState,
     req: StartDiscovery,
-) -> Result<Json<ShownDiscovery>, ApiError> {
+) -> Result<ShownDiscovery, ApiError> {
     for (what, v) in [("siteId", &req.site_id), ("tenantId", &req.tenant_id)] {
         if !is_id(v) {
             return Err(ApiError::InvalidInput(format!("{what} is not an id")));
@@ -333,10 +333,10 @@ async fn start_discovery_workflow(
     .await?;
     tx.commit().await?;
     tracing::info!(workflow_id = %workflow.id, site_id = %workflow.site_id, mac = %workflow.mac, "discovery workflow started");
-    Ok(Json(ShownDiscovery {
+    Ok(ShownDiscovery {
         kind: DISCOVERY,
         workflow,
-    }))
+    })
 }
 
 /// Starts provisioning a node (the default kind).
@@ -344,7 +344,7 @@ async fn start_provisioning(
     state: &AppState,
     headers: &HeaderMap,
     req: StartWorkflow,
-) -> Result<Json<StartedWorkflow>, ApiError> {
+) -> Result<StartedWorkflow, ApiError> {
     if !is_id(&req.node_id) {
         return Err(ApiError::InvalidInput("nodeId is not an id".into()));
     }
@@ -442,13 +442,13 @@ async fn start_provisioning(
     .await?;
     tx.commit().await?;
     tracing::info!(node_id = %node.id, workflow_id = %workflow.id, token_id = %token.id, "workflow started");
-    Ok(Json(StartedWorkflow {
+    Ok(StartedWorkflow {
         workflow,
         token_id: token.id,
         token: token_text,
         token_expires_at: expires_at,
         user_data,
-    }))
+    })
 }
 
 /// `GET /v1/admin/workflows`: provisioning workflows oldest first, then discovery workflows

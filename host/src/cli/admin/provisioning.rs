@@ -199,10 +199,10 @@ pub(in crate::cli) async fn workflows(
 }
 
 async fn start(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
-    let (Some(node), None) = (&a.node, &a.mac) else {
+    if a.mac.is_some() || a.node.is_none() {
         return start_discovery(a, out).await;
-    };
-    let node = segment("node id", node)?;
+    }
+    let node = segment("node id", a.node.as_deref().unwrap_or_default())?;
     let client = Client::new(&a.conn)?;
     let server_url = a.server_url.clone().unwrap_or_else(|| client.base.clone());
     let ttl = a.token_ttl.map_or(24 * 3600, |t| t.as_secs());
