@@ -652,9 +652,8 @@ async fn tpm_node_key_signs_the_renewal_handshake() {
 type Captured = std::sync::Arc<std::sync::Mutex<Option<(Vec<u8>, TpmAnswer)>>>;
 
 fn capturing(
-    captured: &Captured,
+    captured: Captured,
 ) -> impl FnOnce(TpmProducer, &TpmNodeKey) -> Box<dyn EvidenceProducer> {
-    let captured = captured.clone();
     move |inner: TpmProducer, _: &TpmNodeKey| -> Box<dyn EvidenceProducer> {
         Box::new(Tampering {
             inner,
@@ -687,7 +686,7 @@ async fn a_replayed_answer_is_refused(backend: Backend) {
     let m = Machine::new(&ca);
     let host = host(backend, config(&ca, &[&m], "refuse")).await;
     let captured = Captured::default();
-    let (joined, key) = join_with(&host, &ca, &m, capturing(&captured))
+    let (joined, key) = join_with(&host, &ca, &m, capturing(captured.clone()))
         .await
         .unwrap();
     let (csr, answer) = captured.lock().unwrap().clone().unwrap();
@@ -761,7 +760,7 @@ async fn tpm_an_approval_is_taken_only_by_the_approved_ek() {
         let captured = Captured::default();
         let (url, trust, tpm) = (host.url(), host.trust.clone(), m.tpm.clone());
         let chain = vec![ca.intermediate_der().unwrap()];
-        let wrap = capturing(&captured);
+        let wrap = capturing(captured.clone());
         let task = tokio::spawn(async move {
             let client = JoinClient::new(&url, &trust)?;
             let node_key = TpmNodeKey::generate(&tpm).unwrap();

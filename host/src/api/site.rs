@@ -422,30 +422,15 @@ pub(super) async fn discovery_token(
     }))
 }
 
-/// Whether `u` is a lowercase hyphenated UUID.
-fn is_uuid(u: &str) -> bool {
-    u.len() == 36
-        && u.bytes().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => b == b'-',
-            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn uuids() {
-        assert!(is_uuid("4c4c4544-0042-3510-8052-b4c04f4e4d32"));
-        assert!(!is_uuid("4c4c4544-0042-3510-8052-b4c04f4e4d3"));
-        assert!(!is_uuid("4C4C4544-0042-3510-8052-B4C04F4E4D32"));
-        assert!(!is_uuid("4c4c4544x0042-3510-8052-b4c04f4e4d32"));
-    }
-
-    #[test]
     fn refusal_reasons() {
         assert_eq!(SiteRefusal::ForeignLease.to_string(), "foreign-lease");
+        assert_eq!(SiteRefusal::NotLeaseHolder.to_string(), "not-lease-holder");
+        assert_eq!(SiteRefusal::NoWorkflow.to_string(), "no-workflow");
         assert_eq!(
             SiteRefusal::Certificate(RenewRefusal::Retired).to_string(),
             "retired"
