@@ -62,6 +62,17 @@ pub enum StartError {
     /// The refusal sink cannot be set up (`[audit.sink]`).
     #[error("audit sink: {0}")]
     Sink(#[from] SinkError),
+    /// The admin key is too short to resist guessing (an empty file would let
+    /// `Authorization: Bearer ` with nothing after it through).
+    #[error(
+        "admin key {path} has {len} bytes; it needs at least {MIN_ADMIN_KEY_BYTES} (`serve --dev` writes one)"
+    )]
+    WeakAdminKey {
+        /// The key file.
+        path: PathBuf,
+        /// Its length after trimming whitespace.
+        len: usize,
+    },
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -70,6 +81,24 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// Fewest bytes an admin key may have (after trimming surrounding whitespace): 32 random
+/// bytes' worth of characters, so the key cannot be guessed or be empty.
+pub const MIN_ADMIN_KEY_BYTES: usize = 32;
+
+/// The SHA-256 of the admin key in `path` (trimmed), which the API compares in constant time;
+/// refuses a key shorter than [`MIN_ADMIN_KEY_BYTES`].
+pub fn load_admin_key(path: &Path) -> Result<[u8; 32], StartError> {
+    let bytes = read(path)?;
+    let key = bytes.trim_ascii();
+    if key.len() < MIN_ADMIN_KEY_BYTES {
+        return Err(StartError::WeakAdminKey {
+            path: path.to_owned(),
+            len: key.len(),
+        });
+    }
+    Ok(Sha256::digest(key).into())
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, StartError> {
@@ -142,9 +171,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             source,
         })?,
     );
-    let admin_key = read(&config.path(&config.admin_key_file))?;
-    let admin_key_sha256: [u8; 32] =
-        Sha256::digest(String::from_utf8_lossy(&admin_key).trim().as_bytes()).into();
+    let admin_key_sha256 = load_admin_key(&config.path(&config.admin_key_file))?;
 
     let db = Db::connect(&config.database_url()).await?;
     db.migrate().await?;

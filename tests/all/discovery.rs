@@ -5,7 +5,9 @@
 //! 2 hours carrying the commissioning kinds. Then every refusal the seed names, each with its
 //! reason in `security.join.refused`: a reused assertion, a stale one, a MAC the machine does
 //! not claim, an assertion signed under an epoch the lease has moved past, and one by a
-//! retired site node. And the site API's own refusals.
+//! retired site node. And the site API's own refusals. Every discovery token comes from a
+//! discovery workflow an operator started for the MAC at the site; the site node only fetches
+//! it, while it holds the boot lease.
 
 use std::time::Duration;
 
@@ -62,7 +64,7 @@ fn site_client(host: &TestHost, dir: &tempfile::TempDir, site: &str) -> SiteClie
 fn entry(mac: &str, not_after: i64) -> BootEntry {
     BootEntry {
         mac: mac.into(),
-        workflow_id: Some("wf_commission_1".into()),
+        workflow_id: None,
         product_uuid: Some(UUID.into()),
         ip: Some("10.20.0.7".into()),
         not_after,
@@ -139,6 +141,53 @@ async fn certs(host: &TestHost, node_id: &str) -> Vec<NodeCertRow> {
     rows
 }
 
+/// The operator starts a discovery workflow for `mac` at `site` with `gatehouse workflows
+/// start --mac --site` (the admin API underneath): its id.
+async fn discovery_workflow(host: &TestHost, site: &str, mac: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let (exit, out) = host
+        .cli(
+            dir.path(),
+            &[
+                "workflows",
+                "start",
+                "--mac",
+                mac,
+                "--site",
+                site,
+                "--product-uuid",
+                UUID,
+                "--json",
+            ],
+        )
+        .await;
+    let out = exit.output(out).unwrap();
+    let body: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(body["kind"], "discovery");
+    assert_eq!(body["state"], "running");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+/// The discovery tokens in the database.
+async fn discovery_tokens(host: &TestHost) -> Vec<gatehouse::store::TokenRow> {
+    let mut tx = host.running.db.begin().await.unwrap();
+    let rows = tx.list_tokens().await.unwrap();
+    tx.commit().await.unwrap();
+    rows.into_iter()
+        .filter(|t| t.role == gatehouse::store::TokenRole::Discovery)
+        .collect()
+}
+
+/// The reasons of `security.site.refused` events, oldest first.
+async fn site_refusals(host: &TestHost) -> Vec<String> {
+    host.events()
+        .await
+        .into_iter()
+        .filter(|e| e.kind == "security.site.refused")
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
 async fn retire(host: &TestHost, node_id: &str) {
     let resp = host
         .http()
@@ -189,6 +238,18 @@ async fn end_to_end(backend: Backend) {
         other.acquire(ttl).await,
         Err(SiteError::Conflict(_))
     ));
+
+    // The operator starts a discovery workflow for each machine that will boot.
+    for mac in [
+        "52:54:00:00:0a:01",
+        "52:54:00:00:0b:01",
+        "52:54:00:00:0c:01",
+        "52:54:00:00:0d:01",
+        "52:54:00:00:0d:02",
+        "52:54:00:00:0e:01",
+    ] {
+        discovery_workflow(&host, SITE, mac).await;
+    }
 
     // The holder renders one boot; the ramdisk reads it back from its command line and joins.
     let now = wall_ms();
@@ -251,7 +312,7 @@ async fn end_to_end(backend: Backend) {
     // A reused assertion: the same one with a fresh token for the same MAC.
     let creds = read_cmdline(&cmdline).unwrap();
     let again = holder
-        .discovery_token(&entry("52:54:00:00:0a:01", now + 60 * MIN))
+        .discovery_token(&lease, &entry("52:54:00:00:0a:01", now + 60 * MIN))
         .await
         .unwrap();
     let again = TokenString::parse(&again.token).unwrap();
@@ -267,7 +328,7 @@ async fn end_to_end(backend: Backend) {
         .unwrap()
         .to_text();
     let token = holder
-        .discovery_token(&entry(mac, wall_ms() + 60 * MIN))
+        .discovery_token(&lease, &entry(mac, wall_ms() + 60 * MIN))
         .await
         .unwrap();
     refused(
@@ -392,28 +453,25 @@ async fn the_site_api_admits_only_live_site_nodes_for_their_own_site() {
             not_site.acquire(ttl).await,
             Err(SiteError::Denied)
         ));
+        let held = mine.acquire(ttl).await.unwrap();
+        discovery_workflow(&host, SITE, "52:54:00:00:0f:01").await;
         assert!(matches!(
             not_site
-                .discovery_token(&entry("52:54:00:00:0f:01", wall_ms() + MIN))
+                .discovery_token(&held, &entry("52:54:00:00:0f:01", wall_ms() + MIN))
                 .await,
             Err(SiteError::Denied)
         ));
 
-        let reasons: Vec<String> = host
-            .events()
-            .await
-            .into_iter()
-            .filter(|e| e.kind == "security.site.refused")
-            .filter_map(|e| e.reason)
-            .collect();
         assert_eq!(
-            reasons,
+            site_refusals(&host).await,
             ["foreign-lease", "not-a-site-node", "not-a-site-node"]
         );
 
-        // The token a site node mints: single use, discovery, its site, bound to the MAC.
+        // The token of the operator's workflow, fetched by the lease holder: single use,
+        // discovery, the workflow's site, bound to its MAC and product UUID.
+        let workflow = discovery_workflow(&host, SITE, "52:54:00:00:0f:02").await;
         let minted = mine
-            .discovery_token(&entry("52:54:00:00:0f:02", wall_ms() + MIN))
+            .discovery_token(&held, &entry("52:54:00:00:0f:02", wall_ms() + MIN))
             .await
             .unwrap();
         let mut tx = host.running.db.begin().await.unwrap();
@@ -424,6 +482,42 @@ async fn the_site_api_admits_only_live_site_nodes_for_their_own_site() {
         assert_eq!(row.site_id.as_deref(), Some(SITE));
         assert_eq!(row.expect.mac.as_deref(), Some("52:54:00:00:0f:02"));
         assert_eq!(row.expect.product_uuid.as_deref(), Some(UUID));
+        // Fetching again mints a new token and revokes the unspent one: one live token per
+        // workflow.
+        let named = BootEntry {
+            workflow_id: Some(workflow.clone()),
+            ..entry("52:54:00:00:0f:02", wall_ms() + MIN)
+        };
+        let second = mine.discovery_token(&held, &named).await.unwrap();
+        let live: Vec<String> = discovery_tokens(&host)
+            .await
+            .into_iter()
+            .filter(|t| !t.revoked)
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(live, [second.id.clone()]);
+        // Cancelling the workflow revokes its token and closes the fetch.
+        let resp = host
+            .http()
+            .post(format!(
+                "{}/v1/admin/workflows/{workflow}/cancel",
+                host.url()
+            ))
+            .bearer_auth(&host.admin_key)
+            .send()
+            .await
+            .unwrap();
+        let cancelled: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(cancelled["tokenRevoked"], true, "{cancelled}");
+        assert!(discovery_tokens(&host).await.iter().all(|t| t.revoked));
+        assert!(matches!(
+            mine.discovery_token(&held, &named).await,
+            Err(SiteError::Denied)
+        ));
+        assert_eq!(
+            site_refusals(&host).await.last().map(String::as_str),
+            Some("no-workflow")
+        );
 
         host.stop().await;
     }
@@ -445,6 +539,7 @@ async fn discovery_a_lease_moved_mid_join_admits_nothing() {
     let a = site_client(&host, &dir_a, SITE);
     let lease = a.acquire(Duration::from_secs(60)).await.unwrap();
     let mac = "52:54:00:00:1a:01";
+    discovery_workflow(&host, SITE, mac).await;
     let now = wall_ms();
     let rendered = a
         .render_boot(&lease, &entry(mac, now + 60 * MIN), now)
@@ -494,4 +589,100 @@ async fn discovery_a_lease_moved_mid_join_admits_nothing() {
         .len();
     assert_eq!(nodes_after, nodes_before, "a ramdisk node was admitted");
     host.stop().await;
+}
+
+#[tokio::test]
+async fn a_discovery_token_is_fetched_only_by_the_lease_holder_of_the_workflows_site() {
+    for backend in backends() {
+        let host = TestHost::start(backend).await;
+        let (dir_a, _) = site_node(&host).await;
+        let (dir_b, _) = site_node(&host).await;
+        let (a, b) = (
+            site_client(&host, &dir_a, SITE),
+            site_client(&host, &dir_b, SITE),
+        );
+        let ttl = Duration::from_secs(30);
+        let mac = "52:54:00:00:1a:01";
+        let workflow = discovery_workflow(&host, SITE, mac).await;
+        // Another site's workflow, for another MAC and for the same one.
+        let foreign = discovery_workflow(&host, "ams1", "52:54:00:00:1a:02").await;
+        discovery_workflow(&host, "ams1", mac).await;
+
+        // Nobody holds the lease yet: a node naming any epoch is refused.
+        let not_held = LeaseState {
+            name: "site:fra1:boot".into(),
+            holder: String::new(),
+            epoch: 1,
+            expires_at: 0,
+        };
+        let e = entry(mac, wall_ms() + MIN);
+        assert!(matches!(
+            a.discovery_token(&not_held, &e).await,
+            Err(SiteError::Denied)
+        ));
+        let lease = a.acquire(ttl).await.unwrap();
+        // A site node of the same site that does not hold the lease.
+        assert!(matches!(
+            b.discovery_token(&lease, &e).await,
+            Err(SiteError::Denied)
+        ));
+        // The holder, naming an epoch it does not hold.
+        let stale = LeaseState {
+            epoch: lease.epoch + 1,
+            ..lease.clone()
+        };
+        assert!(matches!(
+            a.discovery_token(&stale, &e).await,
+            Err(SiteError::Denied)
+        ));
+        // The holder asking for another site's MAC, or naming another site's workflow, or
+        // its own workflow with another MAC.
+        for (mac, workflow_id) in [
+            ("52:54:00:00:1a:02", None),
+            ("52:54:00:00:1a:02", Some(foreign.clone())),
+            (mac, Some(foreign.clone())),
+            ("52:54:00:00:1a:03", Some(workflow.clone())),
+        ] {
+            let e = BootEntry {
+                workflow_id,
+                ..entry(mac, wall_ms() + MIN)
+            };
+            assert!(matches!(
+                a.discovery_token(&lease, &e).await,
+                Err(SiteError::Denied)
+            ));
+        }
+        // Nothing was minted by any of it.
+        assert!(discovery_tokens(&host).await.is_empty());
+        assert_eq!(
+            site_refusals(&host).await,
+            [
+                "not-lease-holder",
+                "not-lease-holder",
+                "not-lease-holder",
+                "no-workflow",
+                "no-workflow",
+                "no-workflow",
+                "no-workflow",
+            ]
+        );
+        // After the lease moves, the old holder is refused and the new one fetches.
+        a.release(lease.epoch).await.unwrap();
+        let moved = b.acquire(ttl).await.unwrap();
+        assert!(matches!(
+            a.discovery_token(&lease, &e).await,
+            Err(SiteError::Denied)
+        ));
+        let named = BootEntry {
+            workflow_id: Some(workflow.clone()),
+            ..e.clone()
+        };
+        let token = b.discovery_token(&moved, &named).await.unwrap();
+        let rows = discovery_tokens(&host).await;
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].id, token.id);
+        assert_eq!(rows[0].site_id.as_deref(), Some(SITE));
+        assert_eq!(rows[0].expect.mac.as_deref(), Some(mac));
+        host.stop().await;
+    }
 }

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod admin;
 mod agent_lifecycle;
 mod approval;
 mod audit;

@@ -646,3 +646,177 @@ async fn tpm_node_key_signs_the_renewal_handshake() {
         host.stop().await;
     }
 }
+
+/// The CSR and the answer of the last challenge a join answered, as an eavesdropper on the
+/// wire (or a compromised proxy) would capture round 2.
+type Captured = std::sync::Arc<std::sync::Mutex<Option<(Vec<u8>, TpmAnswer)>>>;
+
+fn capturing(
+    captured: Captured,
+) -> impl FnOnce(TpmProducer, &TpmNodeKey) -> Box<dyn EvidenceProducer> {
+    move |inner: TpmProducer, _: &TpmNodeKey| -> Box<dyn EvidenceProducer> {
+        Box::new(Tampering {
+            inner,
+            tamper: Box::new(move |_, _, csr, a| {
+                *captured.lock().unwrap() = Some((csr.to_vec(), a.clone()));
+            }),
+        })
+    }
+}
+
+/// Sends a captured round-2 request again, byte for byte: whether the host admitted it.
+async fn replay(host: &TestHost, csr: &[u8], answer: &TpmAnswer) -> Result<bool, JoinError> {
+    let client = JoinClient::new(&host.url(), &host.trust)?;
+    let request = gatehouse_proto::JoinRequest {
+        attestor: "tpm".into(),
+        role: Role::Node,
+        sealed_token: None,
+        attestation: serde_json::to_vec(&TpmEvidence::Answer(answer.clone())).unwrap(),
+        csr: csr.to_vec(),
+        claims: gatehouse_proto::Claims::default(),
+        round: 2,
+    };
+    let response = client.send(&request).await?;
+    let body: gatehouse_proto::JoinResponseBody = serde_json::from_slice(&response.body).unwrap();
+    Ok(!body.node_id.is_empty())
+}
+
+async fn a_replayed_answer_is_refused(backend: Backend) {
+    let ca = LocalCa::new().unwrap();
+    let m = Machine::new(&ca);
+    let host = host(backend, config(&ca, &[&m], "refuse")).await;
+    let captured = Captured::default();
+    let (joined, key) = join_with(&host, &ca, &m, capturing(captured.clone()))
+        .await
+        .unwrap();
+    let (csr, answer) = captured.lock().unwrap().clone().unwrap();
+    let before = host.events().await.len();
+    let ledger_before = host.audits().await.len();
+
+    // The captured round 2, replayed with the same CSR while the challenge state lives: it
+    // would re-key the node to the same key and revoke the certificate just issued.
+    let replayed = replay(&host, &csr, &answer).await;
+    assert!(
+        matches!(replayed, Err(JoinError::Denied)),
+        "{backend:?}: {replayed:?}"
+    );
+    assert_eq!(
+        host.refusal_reasons().await.last().map(String::as_str),
+        Some("challenge-replayed"),
+        "{backend:?}"
+    );
+    // Nothing but the refusal was written: the node keeps its generation and its live
+    // certificate, which still renews.
+    assert_eq!(generation(&host, &joined.node_id).await, json!(1));
+    let events = host.events().await;
+    assert_eq!(events.len(), before + 1, "{backend:?}: {events:?}");
+    assert_eq!(host.audits().await.len(), ledger_before + 1);
+    let (status, shown) = admin(
+        &host,
+        Method::GET,
+        &format!("/v1/admin/nodes/{}", joined.node_id),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(shown["certificates"].as_array().unwrap().len(), 1);
+    assert_eq!(shown["certificates"][0]["revoked"], Value::Null, "{shown}");
+
+    let dir = tempfile::tempdir().unwrap();
+    write_identity(dir.path(), &key, &joined).unwrap();
+    let loaded = load_identity_with(dir.path(), Some(&m.tpm)).unwrap();
+    let lifecycle = Lifecycle::new(
+        &host.url(),
+        host.trust.clone(),
+        dir.path().to_owned(),
+        RenewPolicy::default(),
+    )
+    .with_tpm(m.tpm.clone());
+    let renewed = lifecycle.attempt(Action::Renew, loaded).await.unwrap();
+    assert_eq!(renewed.node_id, joined.node_id);
+
+    // The machine itself re-joins with a new challenge (a reboot): that is not a replay.
+    let (again, _) = join_tpm(&host, &ca, &m).await.unwrap();
+    assert_eq!(again.node_id, joined.node_id);
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpm_a_replayed_round_two_is_refused_and_the_certificate_stays_live() {
+    for backend in backends() {
+        a_replayed_answer_is_refused(backend).await;
+    }
+}
+
+/// Rule 7: an operator's approval belongs to the TPM whose EK the operator saw. Whoever
+/// replays the captured round 2 (the same CSR) after the approval gets only a fresh challenge
+/// sealed to that EK, never the admission; the machine itself answers it and joins once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpm_an_approval_is_taken_only_by_the_approved_ek() {
+    for backend in backends() {
+        let ca = LocalCa::new().unwrap();
+        let m = Machine::new(&ca);
+        let host = host(backend, config(&ca, &[], "approval")).await;
+        let captured = Captured::default();
+        let (url, trust, tpm) = (host.url(), host.trust.clone(), m.tpm.clone());
+        let chain = vec![ca.intermediate_der().unwrap()];
+        let wrap = capturing(captured.clone());
+        let task = tokio::spawn(async move {
+            let client = JoinClient::new(&url, &trust)?;
+            let node_key = TpmNodeKey::generate(&tpm).unwrap();
+            let producer = TpmProducer::new(tpm, Some(node_key.clone())).with_ek_chain(chain);
+            let mut producer = wrap(producer, &node_key);
+            let key = NodeKey::Tpm(node_key);
+            let options = JoinOptions {
+                max_retry_after: Duration::from_secs(2),
+                ..JoinOptions::default()
+            };
+            join(&client, &trust, producer.as_mut(), None, &key, &options).await
+        });
+        let ids = pending_requests(&host, 1).await;
+        let (_, shown) = admin(
+            &host,
+            Method::GET,
+            &format!("/v1/admin/join-requests/{}", ids[0]),
+            None,
+        )
+        .await;
+        assert!(
+            shown.to_string().contains(&m.ek_sha256),
+            "the operator sees the EK: {shown}"
+        );
+        let (csr, answer) = captured.lock().unwrap().clone().unwrap();
+        approve(&host, &ids[0]).await;
+        // The captured round 2 replayed right after the approval: a challenge, no admission.
+        // (If the machine's own next round got there first, the replay reads used.)
+        let replayed = replay(&host, &csr, &answer).await;
+        assert!(
+            matches!(replayed, Ok(false) | Err(JoinError::Denied)),
+            "{backend:?}: a replay took the approval: {replayed:?}"
+        );
+        let joined = task.await.unwrap().unwrap();
+        assert_eq!(joined.attestor, "tpm");
+        let (status, node) = admin(
+            &host,
+            Method::GET,
+            &format!("/v1/admin/nodes/{}", joined.node_id),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            node["bindings"],
+            json!([{ "kind": "tpm-ek", "value": m.ek_sha256 }])
+        );
+        // Used once: the replay now reads used.
+        assert!(matches!(
+            replay(&host, &csr, &answer).await,
+            Err(JoinError::Denied)
+        ));
+        assert_eq!(
+            host.refusal_reasons().await.last().map(String::as_str),
+            Some("join-request-used")
+        );
+        host.stop().await;
+    }
+}

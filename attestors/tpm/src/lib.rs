@@ -28,8 +28,19 @@
 //!
 //! An approval can take longer than a challenge lives, so once an answer has been verified in
 //! full the pending request is remembered in the attestor's key/value space under the CSR hash
-//! (`jr:<hex>`, with what the answer proved); the agent's later rounds with the same CSR are
-//! decided from that entry, which only a committed, verified round can have written.
+//! (`jr:<hex>`, with what the answer proved and the EK and AK public areas); while the request
+//! is pending the agent's later rounds with the same CSR are answered from that entry. The
+//! approval is bound to the EK the operator saw (the request's subject is `ek:<hash>` and its
+//! details carry `ekSha256`), not to whoever sends the CSR first: on the round that finds the
+//! request approved, the attestor answers with a fresh MakeCredential challenge for that EK
+//! and AK whose sealed state names the request, and admits only an answer to *that* challenge,
+//! verified in full, from the same EK (`join-request-ek`). JoinService separately checks that
+//! the round's CSR is the request's and the placement the operator's.
+//!
+//! A challenge answer admits once: the admitting round records `sha256(secret)` in the
+//! single-use ledger until the challenge would have expired anyway, so a captured round-2
+//! request replayed with the same CSR is refused `challenge-replayed` instead of re-keying the
+//! node and revoking the certificate it was just issued.
 
 use gatehouse_proto::tpm::{
     TPM_EVIDENCE_VERSION, TpmAnswer, TpmChallenge, TpmEnrollment, TpmEvidence, ak_statement,
@@ -38,7 +49,7 @@ use gatehouse_proto::tpm::{
 use gatehouse_sdk::{
     Approval, AttestationResult, Attestor, Binding, Challenge, Context, CryptoError, Deferral,
     Info, JoinRequest, JoinRequestRow, JoinRequestState, JoinRole, NodeKeyAttestation, Outcome,
-    Refusal, TpmError, TpmPcrValue, constant_time_eq, reason, refuse,
+    Refusal, TpmError, TpmPcrValue, UseError, constant_time_eq, reason, refuse,
 };
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +93,10 @@ pub const JOIN_REQUEST_DENIED: &str = "join-request-denied";
 pub const JOIN_REQUEST_EXPIRED: &str = "join-request-expired";
 /// The join request's approval already admitted this CSR once.
 pub const JOIN_REQUEST_USED: &str = "join-request-used";
+/// The approved round proved another EK than the one the operator approved.
+pub const JOIN_REQUEST_EK: &str = "join-request-ek";
+/// The challenge's answer already admitted a join: a replay.
+pub const CHALLENGE_REPLAYED: &str = "challenge-replayed";
 
 /// How long a challenge (and its sealed state) lives: the host's 5-minute maximum.
 pub const CHALLENGE_TTL_MS: i64 = 5 * 60 * 1000;
@@ -139,6 +154,13 @@ struct State {
     ek_sha256: String,
     /// The AK public area, base64url.
     ak_public: String,
+    /// The EK public area, base64url (remembered with a pending request, so the approved
+    /// round can challenge the EK again).
+    ek_public: String,
+    /// The approved join request this challenge was issued for (the approved round's fresh
+    /// proof of the EK); absent on round 1's challenge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request: Option<String>,
 }
 
 /// What a verified answer proved, remembered while its join request is pending.
@@ -151,8 +173,28 @@ struct Proven {
     ek_sha256: String,
     /// The AK statement, when the node key was certified.
     ak_statement: Option<String>,
+    /// The EK public area, base64url: the approved round challenges it again.
+    ek_public: String,
+    /// The AK public area, base64url.
+    ak_public: String,
     /// Whether the approval admitted this CSR already.
     used: bool,
+}
+
+/// What a verified answer proved.
+struct Verified {
+    /// Lowercase hex SHA-256 of the EK public area the challenge was made for.
+    ek_sha256: String,
+    /// The AK public area.
+    ak_public: Vec<u8>,
+    /// The EK public area, base64url.
+    ek_public: String,
+    /// The AK statement, when the node key was certified.
+    ak_statement: Option<String>,
+    /// The ledger subject that makes this answer single-use.
+    ledger: String,
+    /// The approved request the challenge was issued for, if any.
+    request: Option<String>,
 }
 
 impl Tpm {
@@ -202,32 +244,20 @@ impl Tpm {
                 _ => refuse(AK_MALFORMED),
             })?;
 
-        let mut secret = [0u8; SECRET_LEN];
-        getrandom::fill(&mut secret).map_err(|_| refuse(reason::STORAGE))?;
-        let credential = cx
-            .crypto
-            .tpm_make_credential(&enrollment.ek_public, &ak.name, &secret)
-            .map_err(|_| refuse(EK_UNSUPPORTED))?;
-
-        let state = State {
-            v: STATE_VERSION,
-            secret: gatehouse_sdk::b64url::encode(&secret),
-            ek_sha256,
-            ak_public: gatehouse_sdk::b64url::encode(&enrollment.ak_public),
-        };
-        let plaintext = serde_json::to_vec(&state).map_err(|_| refuse(reason::STORAGE))?;
-        let not_after = now.saturating_add(CHALLENGE_TTL_MS);
-        let sealed = cx
-            .crypto
-            .seal_state_until(&plaintext, &request.csr_sha256, not_after);
-        let payload = serde_json::to_vec(&TpmChallenge {
-            v: TPM_EVIDENCE_VERSION,
-            credential_blob: credential.credential_blob,
-            encrypted_secret: credential.encrypted_secret,
-            state: sealed,
-        })
-        .map_err(|_| refuse(reason::STORAGE))?;
-        Ok(Deferral::Challenge(Challenge { payload, not_after }).into())
+        challenge(
+            cx,
+            request,
+            &enrollment.ek_public,
+            &ak.name,
+            State {
+                v: STATE_VERSION,
+                secret: String::new(),
+                ek_sha256,
+                ak_public: gatehouse_sdk::b64url::encode(&enrollment.ak_public),
+                ek_public: gatehouse_sdk::b64url::encode(&enrollment.ek_public),
+                request: None,
+            },
+        )
     }
 
     /// Round 2 (and the rounds after it while a join request is pending).
@@ -239,17 +269,32 @@ impl Tpm {
     ) -> Result<Outcome, Refusal> {
         let key = format!("jr:{}", hex::encode(&request.csr_sha256));
         if let Some(proven) = remembered(cx, &key)? {
-            return self.pending(cx, request, &key, proven);
+            return self.pending(cx, request, answer, &key, proven);
         }
+        let verified = self.verify_answer(cx, request, answer)?;
+        if verified.request.is_some() {
+            // A challenge for an approved request, but no request is remembered for this CSR.
+            return Err(refuse(CHALLENGE_STATE));
+        }
+        self.resolve(cx, request, &key, verified)
+    }
+
+    /// Verifies an answer in full: the state opens for this CSR, the secret was activated by
+    /// the TPM holding the EK, the quote is over this CSR, the node key is certified.
+    fn verify_answer(
+        &self,
+        cx: &Context<'_>,
+        request: &JoinRequest,
+        answer: &TpmAnswer,
+    ) -> Result<Verified, Refusal> {
         if answer.v != TPM_EVIDENCE_VERSION {
             return Err(refuse(reason::MALFORMED_EVIDENCE));
         }
         let state = open_state(cx, &answer.state, &request.csr_sha256)?;
         let secret = decode(&state.secret)?;
         let ak_public = decode(&state.ak_public)?;
-        let ek_refusal = |code: &str| refuse(code);
         if !constant_time_eq(&answer.secret, &secret) {
-            return Err(ek_refusal(reason::BAD_SECRET));
+            return Err(refuse(reason::BAD_SECRET));
         }
 
         // The quote, over this CSR and the secret only this TPM could activate.
@@ -316,7 +361,14 @@ impl Tpm {
             None => None,
         };
 
-        self.resolve(cx, request, &key, &state.ek_sha256, ak_statement)
+        Ok(Verified {
+            ek_sha256: state.ek_sha256,
+            ak_public,
+            ek_public: state.ek_public,
+            ak_statement,
+            ledger: format!("challenge:{}", hex::encode(cx.crypto.sha256(&secret))),
+            request: state.request,
+        })
     }
 
     /// Where a proven EK joins: its bound node, the allow list, or an operator's approval.
@@ -325,10 +377,12 @@ impl Tpm {
         cx: &Context<'_>,
         request: &JoinRequest,
         key: &str,
-        ek_sha256: &str,
-        ak_statement: Option<String>,
+        verified: Verified,
     ) -> Result<Outcome, Refusal> {
+        let ek_sha256 = verified.ek_sha256.as_str();
+        let ak_statement = verified.ak_statement.clone();
         if let Some(node_id) = cx.tx.bound_node(BINDING_KIND, ek_sha256)? {
+            spend_answer(cx, &verified)?;
             let node = cx
                 .tx
                 .node(&node_id)
@@ -343,6 +397,7 @@ impl Tpm {
             return Ok(result.into());
         }
         if let Some(entry) = self.config.allow.iter().find(|e| e.ek_sha256 == ek_sha256) {
+            spend_answer(cx, &verified)?;
             let mut result = admitted(ek_sha256, ak_statement);
             result.tenant_id = Some(entry.tenant_id.clone());
             result.pool_id.clone_from(&entry.pool_id);
@@ -370,10 +425,12 @@ impl Tpm {
             request_id: row.id.clone(),
             ek_sha256: ek_sha256.to_owned(),
             ak_statement,
+            ek_public: verified.ek_public.clone(),
+            ak_public: gatehouse_sdk::b64url::encode(&verified.ak_public),
             used: false,
         };
         remember(cx, key, &proven)?;
-        self.decide_request(cx, request, key, proven, row)
+        self.pending_with(cx, request, None, key, proven, row)
     }
 
     /// A later round of a join whose answer was verified in full and is waiting for an
@@ -382,6 +439,7 @@ impl Tpm {
         &self,
         cx: &Context<'_>,
         request: &JoinRequest,
+        answer: &TpmAnswer,
         key: &str,
         proven: Proven,
     ) -> Result<Outcome, Refusal> {
@@ -393,14 +451,16 @@ impl Tpm {
             .join_request(&proven.request_id)
             .map_err(|_| refuse(reason::STORAGE))?
             .ok_or_else(|| refuse(JOIN_REQUEST_EXPIRED))?;
-        self.decide_request(cx, request, key, proven, row)
+        self.pending_with(cx, request, Some(answer), key, proven, row)
     }
 
-    /// Defers while the request is pending, admits once when approved.
-    fn decide_request(
+    /// Defers while the request is pending; once it is approved, challenges the approved EK
+    /// afresh and admits once, on a verified answer to that challenge.
+    fn pending_with(
         &self,
         cx: &Context<'_>,
         request: &JoinRequest,
+        answer: Option<&TpmAnswer>,
         key: &str,
         mut proven: Proven,
         row: JoinRequestRow,
@@ -418,13 +478,29 @@ impl Tpm {
             JoinRequestState::Denied => Err(refuse(JOIN_REQUEST_DENIED)),
             JoinRequestState::Expired => Err(refuse(JOIN_REQUEST_EXPIRED)),
             JoinRequestState::Approved => {
+                // Only an answer to a challenge issued for this approved request proves that
+                // the TPM the operator approved is the one asking now; anything else (the
+                // answer the agent sent while waiting, or a captured one) is challenged.
+                let fresh = answer.filter(|a| {
+                    open_state(cx, &a.state, &request.csr_sha256)
+                        .is_ok_and(|s| s.request.as_deref() == Some(row.id.as_str()))
+                });
+                let Some(answer) = fresh else {
+                    return self.challenge_approved(cx, request, &proven, &row.id);
+                };
+                let verified = self.verify_answer(cx, request, answer)?;
+                if verified.ek_sha256 != proven.ek_sha256 {
+                    return Err(refuse(JOIN_REQUEST_EK));
+                }
+                spend_answer(cx, &verified)?;
                 // Consuming fails if the approval lapsed or was used in between.
                 cx.tx
                     .consume_join_request(&row.id)
                     .map_err(|_| refuse(JOIN_REQUEST_EXPIRED))?;
                 proven.used = true;
                 remember(cx, key, &proven)?;
-                let mut result = admitted(&proven.ek_sha256, proven.ak_statement);
+                // The AK of this round's answer certified the node key.
+                let mut result = admitted(&proven.ek_sha256, verified.ak_statement);
                 result.tenant_id = row.tenant_id;
                 result.pool_id = row.pool_id;
                 result.site_id = row.site_id;
@@ -432,6 +508,80 @@ impl Tpm {
             }
         }
     }
+
+    /// A MakeCredential challenge for the approved EK and the AK its answer proved, whose
+    /// state names the approved request.
+    fn challenge_approved(
+        &self,
+        cx: &Context<'_>,
+        request: &JoinRequest,
+        proven: &Proven,
+        request_id: &str,
+    ) -> Result<Outcome, Refusal> {
+        let ek_public = decode(&proven.ek_public).map_err(|_| refuse(reason::STORAGE))?;
+        let ak_public = decode(&proven.ak_public).map_err(|_| refuse(reason::STORAGE))?;
+        let ak = cx
+            .crypto
+            .tpm_check_ak(&ak_public)
+            .map_err(|_| refuse(reason::STORAGE))?;
+        challenge(
+            cx,
+            request,
+            &ek_public,
+            &ak.name,
+            State {
+                v: STATE_VERSION,
+                secret: String::new(),
+                ek_sha256: proven.ek_sha256.clone(),
+                ak_public: proven.ak_public.clone(),
+                ek_public: proven.ek_public.clone(),
+                request: Some(request_id.to_owned()),
+            },
+        )
+    }
+}
+
+/// A MakeCredential challenge of a fresh secret for `ek_public` and the AK named `ak_name`,
+/// with `state` (its secret filled in here) sealed for this CSR until the challenge expires.
+fn challenge(
+    cx: &Context<'_>,
+    request: &JoinRequest,
+    ek_public: &[u8],
+    ak_name: &[u8],
+    mut state: State,
+) -> Result<Outcome, Refusal> {
+    let mut secret = [0u8; SECRET_LEN];
+    getrandom::fill(&mut secret).map_err(|_| refuse(reason::STORAGE))?;
+    let credential = cx
+        .crypto
+        .tpm_make_credential(ek_public, ak_name, &secret)
+        .map_err(|_| refuse(EK_UNSUPPORTED))?;
+    state.secret = gatehouse_sdk::b64url::encode(&secret);
+    let plaintext = serde_json::to_vec(&state).map_err(|_| refuse(reason::STORAGE))?;
+    let not_after = cx.tx.now().saturating_add(CHALLENGE_TTL_MS);
+    let sealed = cx
+        .crypto
+        .seal_state_until(&plaintext, &request.csr_sha256, not_after);
+    let payload = serde_json::to_vec(&TpmChallenge {
+        v: TPM_EVIDENCE_VERSION,
+        credential_blob: credential.credential_blob,
+        encrypted_secret: credential.encrypted_secret,
+        state: sealed,
+    })
+    .map_err(|_| refuse(reason::STORAGE))?;
+    Ok(Deferral::Challenge(Challenge { payload, not_after }).into())
+}
+
+/// Records the verified answer in the single-use ledger until its challenge would have
+/// expired anyway: the admitting round's answer never admits again (`challenge-replayed`).
+fn spend_answer(cx: &Context<'_>, verified: &Verified) -> Result<(), Refusal> {
+    let until = cx.tx.now().saturating_add(CHALLENGE_TTL_MS);
+    cx.tx
+        .record_use(&verified.ledger, until)
+        .map_err(|e| match e {
+            UseError::Reused => refuse(CHALLENGE_REPLAYED),
+            UseError::Storage => refuse(reason::STORAGE),
+        })
 }
 
 /// The result for a proven EK, before placement.

@@ -46,6 +46,8 @@ struct FakeTx {
     /// Details each request was opened with.
     details: RefCell<HashMap<String, String>>,
     kv: RefCell<HashMap<String, Vec<u8>>>,
+    /// The single-use ledger: subject to expiry.
+    uses: RefCell<HashMap<String, TimestampMs>>,
 }
 
 impl FakeTx {
@@ -88,8 +90,16 @@ impl Tx for FakeTx {
     fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
         unimplemented!()
     }
-    fn record_use(&self, _: &str, _: TimestampMs) -> Result<(), UseError> {
-        unimplemented!("tpm records no use")
+    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
+        let mut uses = self.uses.borrow_mut();
+        if uses
+            .get(subject)
+            .is_some_and(|until| *until > self.now.get())
+        {
+            return Err(UseError::Reused);
+        }
+        uses.insert(subject.to_owned(), expires_at);
+        Ok(())
     }
     fn open_join_request(&self, subject: &str, details: &str) -> Result<JoinRequestRow, TxError> {
         let mut requests = self.requests.borrow_mut();
@@ -583,12 +593,15 @@ fn an_unknown_ek_waits_for_an_operator_and_is_admitted_once() {
     assert_eq!(row.subject, format!("ek:{}", machine.ek_sha256()));
     let details = run.tx.details.borrow()[&approval.request_id].clone();
     assert!(details.contains("\"nodeKey\":\"tpm\""), "{details}");
-    // Pending: deferred again, even after the challenge expired.
+    assert!(details.contains(&format!("\"ekSha256\":\"{}\"", machine.ek_sha256())));
+    // Pending: deferred again, even after the challenge expired; nothing recorded.
     run.crypto.now.set(NOW + CHALLENGE_TTL_MS + 1);
+    run.tx.now.set(NOW + CHALLENGE_TTL_MS + 1);
     assert!(matches!(
         run.round2(&attestor, &machine, answer.clone()),
         Outcome::Deferred(Deferral::Approval(_))
     ));
+    assert!(run.tx.uses.borrow().is_empty());
     // Approved into a placement.
     {
         let mut requests = run.tx.requests.borrow_mut();
@@ -597,18 +610,78 @@ fn an_unknown_ek_waits_for_an_operator_and_is_admitted_once() {
         row.tenant_id = Some("acme".into());
         row.site_id = Some("lab".into());
     }
-    let Outcome::Admitted(result) = run.round2(&attestor, &machine, answer.clone()) else {
+    // The approval is not the CSR's to take: the answer sent while waiting (or a captured
+    // one) is answered with a fresh challenge for the approved EK, not an admission.
+    let Outcome::Deferred(Deferral::Challenge(c)) = run.round2(&attestor, &machine, answer.clone())
+    else {
+        panic!("the approved round must challenge the EK again")
+    };
+    let fresh: TpmChallenge = serde_json::from_slice(&c.payload).unwrap();
+    assert_eq!(fresh.encrypted_secret, machine_ak_name(&machine));
+    assert!(run.tx.uses.borrow().is_empty());
+    // Someone without the TPM cannot activate it.
+    let mut forged = machine.answer(&fresh);
+    forged.secret = vec![0; 32];
+    assert_eq!(
+        refused(run.round2(&attestor, &machine, forged)),
+        reason::BAD_SECRET
+    );
+    let fresh_answer = machine.answer(&fresh);
+    let Outcome::Admitted(result) = run.round2(&attestor, &machine, fresh_answer.clone()) else {
         panic!()
     };
     assert_eq!(result.tenant_id.as_deref(), Some("acme"));
     assert_eq!(result.site_id.as_deref(), Some("lab"));
     assert_eq!(result.node_key_uri, Some(machine.ak_statement()));
     assert_eq!(result.bindings[0].value, machine.ek_sha256());
+    assert_eq!(run.tx.uses.borrow().len(), 1);
     // Once.
+    assert_eq!(
+        refused(run.round2(&attestor, &machine, fresh_answer)),
+        JOIN_REQUEST_USED
+    );
     assert_eq!(
         refused(run.round2(&attestor, &machine, answer)),
         JOIN_REQUEST_USED
     );
+}
+
+/// The AK's TPM name (the fake's MakeCredential puts it in `encrypted_secret`).
+fn machine_ak_name(machine: &Machine) -> Vec<u8> {
+    gatehouse_tpm::Public::parse(&machine.ak_public)
+        .unwrap()
+        .name
+}
+
+#[test]
+fn a_round_two_answer_admits_once() {
+    let machine = Machine::new();
+    let attestor = config(&allow(&machine));
+    let run = Run::new();
+    let challenge = run.challenge(&attestor, &machine);
+    let answer = machine.answer(&challenge);
+    assert!(matches!(
+        run.round2(&attestor, &machine, answer.clone()),
+        Outcome::Admitted(_)
+    ));
+    let ledger: Vec<String> = run.tx.uses.borrow().keys().cloned().collect();
+    let secret: Vec<u8> = challenge.credential_blob.iter().map(|b| b ^ 0xaa).collect();
+    assert_eq!(
+        ledger,
+        [format!("challenge:{}", hex::encode(sha256(&secret)))]
+    );
+    assert_eq!(run.tx.uses.borrow()[&ledger[0]], NOW + CHALLENGE_TTL_MS);
+    // The same answer with the same CSR, replayed while the state lives.
+    assert_eq!(
+        refused(run.round2(&attestor, &machine, answer.clone())),
+        CHALLENGE_REPLAYED
+    );
+    // A new challenge answers again (a reboot re-joins).
+    let again = run.challenge(&attestor, &machine);
+    assert!(matches!(
+        run.round2(&attestor, &machine, machine.answer(&again)),
+        Outcome::Admitted(_)
+    ));
 }
 
 #[test]

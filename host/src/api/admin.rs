@@ -23,13 +23,17 @@ use crate::store::{
 };
 
 /// Checks `Authorization: Bearer <key>` against the configured key's hash in constant time.
+/// A presented key shorter than the host's minimum is refused before hashing: the host never
+/// starts with such a key ([`crate::app::MIN_ADMIN_KEY_BYTES`]), so only its length leaks.
 pub(super) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let presented = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|k| k.len() >= crate::app::MIN_ADMIN_KEY_BYTES)
         .ok_or(ApiError::Unauthenticated)?;
-    let hash: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
+    let hash: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
     if bool::from(hash.ct_eq(&state.admin_key_sha256)) {
         Ok(())
     } else {
@@ -71,6 +75,14 @@ pub(super) fn is_id(v: &str) -> bool {
         && v.len() <= 128
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// Puts `prefix` in front of an invalid-input message (which field it was about).
+fn prefixed(prefix: &'static str) -> impl Fn(ApiError) -> ApiError {
+    move |e| match e {
+        ApiError::InvalidInput(m) => ApiError::InvalidInput(format!("{prefix}{m}")),
+        other => other,
+    }
 }
 
 fn one() -> u32 {
@@ -121,12 +133,46 @@ pub(super) async fn create_token(
             return Err(ApiError::InvalidInput(format!("{what} is not an id")));
         }
     }
+    // What is stored is what joins compare against: normalised here, refused if malformed.
+    let expect = TokenExpect {
+        product_uuid: req
+            .expect
+            .product_uuid
+            .as_deref()
+            .map(|u| super::provisioning::product_uuid(u).map_err(prefixed("expect.")))
+            .transpose()?,
+        mac: req
+            .expect
+            .mac
+            .as_deref()
+            .map(|m| super::provisioning::mac(m).map_err(prefixed("expect.mac: ")))
+            .transpose()?,
+        node_id: req.expect.node_id,
+    };
     let secret: [u8; 32] = rand::random();
     let token = gatehouse_proto::TokenString {
         id: crate::join::new_id("tok_"),
         secret: secret.to_vec(),
     };
     let mut tx = state.db.begin().await?;
+    // A token naming a tenant or pool that does not exist could never admit anyone (and the
+    // foreign keys would make the insert fail as a 5xx): say so instead.
+    if !tx.tenant_exists(&req.tenant_id).await? {
+        tx.rollback().await?;
+        return Err(ApiError::InvalidInput(format!(
+            "tenant {} does not exist",
+            req.tenant_id
+        )));
+    }
+    if let Some(pool_id) = &req.pool_id
+        && tx.pool(&req.tenant_id, pool_id).await?.is_none()
+    {
+        tx.rollback().await?;
+        return Err(ApiError::InvalidInput(format!(
+            "pool {pool_id} does not exist in tenant {}",
+            req.tenant_id
+        )));
+    }
     let now = tx.now().await?;
     let expires_at = now + (req.ttl_seconds as i64) * 1000;
     tx.insert_token(&NewToken {
@@ -138,11 +184,7 @@ pub(super) async fn create_token(
         site_id: req.site_id,
         expires_at,
         uses: req.uses,
-        expect: TokenExpect {
-            product_uuid: req.expect.product_uuid.map(|u| u.to_ascii_lowercase()),
-            mac: req.expect.mac.map(|m| m.to_ascii_lowercase()),
-            node_id: req.expect.node_id,
-        },
+        expect,
         reclaim: req.reclaim,
         created_at: now,
     })

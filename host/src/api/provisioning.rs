@@ -20,8 +20,8 @@ use super::AppState;
 use super::admin::{authorize, begin_node_action, is_id, node_event};
 use super::error::ApiError;
 use crate::store::{
-    InventoryRow, NewEvent, NewToken, NodeRole, TokenExpect, TokenRole, USERDATA_RENDER,
-    WORKFLOW_CANCELLED, WORKFLOW_RUNNING, WORKFLOW_SUCCEEDED, WorkflowRow,
+    DiscoveryWorkflowRow, InventoryRow, NewEvent, NewToken, NodeRole, TokenExpect, TokenRole,
+    USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_RUNNING, WORKFLOW_SUCCEEDED, WorkflowRow,
 };
 
 /// Most MACs one inventory records (as many as a join may claim).
@@ -65,6 +65,18 @@ pub(super) fn mac(s: &str) -> Result<String, ApiError> {
             "{s:?} is not a MAC address"
         )))
     }
+}
+
+/// Longest `serverUrl` a workflow renders into user data.
+const MAX_SERVER_URL: usize = 2048;
+
+/// An `https://` URL without whitespace or control characters (it is rendered into the
+/// machine's user data, where a newline would start a line of its own).
+fn is_server_url(s: &str) -> bool {
+    s.len() > "https://".len()
+        && s.len() <= MAX_SERVER_URL
+        && s.starts_with("https://")
+        && s.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// `POST /v1/admin/nodes/{id}/inventories` body.
@@ -167,27 +179,186 @@ pub(super) struct StartedWorkflow {
 /// provisioned token with one use in the node's tenant, pool and site, with no `expect` (the
 /// attestor's resolver binds it to this node through the workflow), records the token on the
 /// workflow, and renders the user data.
+///
+/// With `"kind": "discovery"` it starts a discovery workflow instead
+/// ([`start_discovery_workflow`]).
 pub(super) async fn start_workflow(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Json<StartWorkflow>, JsonRejection>,
-) -> Result<Json<StartedWorkflow>, ApiError> {
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
     authorize(&state, &headers)?;
-    let req = json_body(body)?;
+    let mut body = json_body(body)?;
+    let kind = match body.as_object_mut().and_then(|o| o.remove("kind")) {
+        None => PROVISION.to_owned(),
+        Some(Value::String(kind)) => kind,
+        Some(_) => return Err(ApiError::InvalidInput("kind must be a string".into())),
+    };
+    let parse = |e: serde_json::Error| ApiError::InvalidInput(e.to_string());
+    let started = match kind.as_str() {
+        PROVISION => serde_json::to_value(
+            start_provisioning(
+                &state,
+                &headers,
+                serde_json::from_value(body).map_err(parse)?,
+            )
+            .await?,
+        ),
+        DISCOVERY => serde_json::to_value(
+            start_discovery_workflow(&state, serde_json::from_value(body).map_err(parse)?).await?,
+        ),
+        _ => {
+            return Err(ApiError::InvalidInput(
+                "kind must be provision or discovery".into(),
+            ));
+        }
+    };
+    started
+        .map(Json)
+        .map_err(|e| ApiError::Internal(format!("workflow json: {e}")))
+}
+
+/// The kind of a workflow that provisions a node (the default).
+const PROVISION: &str = "provision";
+/// The kind of a workflow that lets a machine boot the discovery ramdisk at a site.
+const DISCOVERY: &str = "discovery";
+
+/// `POST /v1/admin/workflows` body with `"kind": "discovery"`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct StartDiscovery {
+    site_id: String,
+    mac: String,
+    #[serde(default)]
+    product_uuid: Option<String>,
+    #[serde(default = "root_tenant")]
+    tenant_id: String,
+    #[serde(default = "default_discovery_ttl")]
+    token_ttl_seconds: u64,
+}
+
+fn root_tenant() -> String {
+    "root".into()
+}
+
+/// The default lifetime of a discovery token a fetch mints: one boot fits in an hour.
+const DEFAULT_DISCOVERY_TTL_SECONDS: u64 = 3600;
+/// The longest: a day.
+const MAX_DISCOVERY_TTL_SECONDS: u64 = 24 * 3600;
+
+fn default_discovery_ttl() -> u64 {
+    DEFAULT_DISCOVERY_TTL_SECONDS
+}
+
+/// A started discovery workflow, as the API shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ShownDiscovery {
+    kind: &'static str,
+    #[serde(flatten)]
+    workflow: DiscoveryWorkflowRow,
+}
+
+/// Starts a discovery workflow: the operator's half of discovery's two parties. It binds a
+/// MAC to a site (and tenant); the site's boot server then fetches the workflow's single-use
+/// discovery token (`POST /v1/site/discovery-tokens`) only while it holds the site's boot
+/// lease. One running workflow per MAC and site.
+async fn start_discovery_workflow(
+    state: &AppState,
+    req: StartDiscovery,
+) -> Result<ShownDiscovery, ApiError> {
+    for (what, v) in [("siteId", &req.site_id), ("tenantId", &req.tenant_id)] {
+        if !is_id(v) {
+            return Err(ApiError::InvalidInput(format!("{what} is not an id")));
+        }
+    }
+    let mac = mac(&req.mac)?;
+    let product_uuid = req.product_uuid.as_deref().map(product_uuid).transpose()?;
+    if !(60..=MAX_DISCOVERY_TTL_SECONDS).contains(&req.token_ttl_seconds) {
+        return Err(ApiError::InvalidInput(format!(
+            "tokenTtlSeconds must be 60 to {MAX_DISCOVERY_TTL_SECONDS}"
+        )));
+    }
+    let token_ttl_seconds = u32::try_from(req.token_ttl_seconds)
+        .map_err(|_| ApiError::InvalidInput("tokenTtlSeconds is too large".into()))?;
+    let mut tx = state.db.begin().await?;
+    if !tx.tenant_exists(&req.tenant_id).await? {
+        tx.rollback().await?;
+        return Err(ApiError::InvalidInput(format!(
+            "tenant {} does not exist",
+            req.tenant_id
+        )));
+    }
+    if let Some(running) = tx
+        .running_discovery_workflows(&req.site_id, &mac)
+        .await?
+        .first()
+    {
+        let running = running.id.clone();
+        tx.rollback().await?;
+        return Err(ApiError::Conflict(format!(
+            "{mac} at site {} has a running discovery workflow {running}: complete or cancel it first",
+            req.site_id
+        )));
+    }
+    let now = tx.now().await?;
+    let workflow = DiscoveryWorkflowRow {
+        id: crate::join::new_id("wf_"),
+        tenant_id: req.tenant_id,
+        site_id: req.site_id,
+        mac,
+        product_uuid,
+        state: WORKFLOW_RUNNING.into(),
+        token_ttl_seconds,
+        token_id: None,
+        created_at: now,
+    };
+    tx.insert_discovery_workflow(&workflow).await?;
+    tx.insert_event(&NewEvent {
+        at: now,
+        kind: "workflow.started".into(),
+        tenant_id: Some(workflow.tenant_id.clone()),
+        node_id: None,
+        attestor: None,
+        reason: None,
+        token_id: None,
+        payload: json!({
+            "workflowId": workflow.id,
+            "kind": DISCOVERY,
+            "siteId": workflow.site_id,
+            "mac": workflow.mac,
+            "productUuid": workflow.product_uuid,
+        }),
+    })
+    .await?;
+    tx.commit().await?;
+    tracing::info!(workflow_id = %workflow.id, site_id = %workflow.site_id, mac = %workflow.mac, "discovery workflow started");
+    Ok(ShownDiscovery {
+        kind: DISCOVERY,
+        workflow,
+    })
+}
+
+/// Starts provisioning a node (the default kind).
+async fn start_provisioning(
+    state: &AppState,
+    headers: &HeaderMap,
+    req: StartWorkflow,
+) -> Result<StartedWorkflow, ApiError> {
     if !is_id(&req.node_id) {
         return Err(ApiError::InvalidInput("nodeId is not an id".into()));
     }
-    if !(req.server_url.starts_with("https://") && req.server_url.len() > "https://".len()) {
-        return Err(ApiError::InvalidInput(
-            "serverUrl must be an https:// URL".into(),
-        ));
+    if !is_server_url(&req.server_url) {
+        return Err(ApiError::InvalidInput(format!(
+            "serverUrl must be an https:// URL of at most {MAX_SERVER_URL} printable characters"
+        )));
     }
     if !(60..=MAX_TOKEN_TTL_SECONDS).contains(&req.token_ttl_seconds) {
         return Err(ApiError::InvalidInput(format!(
             "tokenTtlSeconds must be 60 to {MAX_TOKEN_TTL_SECONDS}"
         )));
     }
-    let (mut tx, node) = begin_node_action(&state, &headers, &req.node_id).await?;
+    let (mut tx, node) = begin_node_action(state, headers, &req.node_id).await?;
     if node.retired {
         tx.rollback().await?;
         return Err(ApiError::Conflict(format!(
@@ -271,25 +442,42 @@ pub(super) async fn start_workflow(
     .await?;
     tx.commit().await?;
     tracing::info!(node_id = %node.id, workflow_id = %workflow.id, token_id = %token.id, "workflow started");
-    Ok(Json(StartedWorkflow {
+    Ok(StartedWorkflow {
         workflow,
         token_id: token.id,
         token: token_text,
         token_expires_at: expires_at,
         user_data,
-    }))
+    })
 }
 
-/// `GET /v1/admin/workflows`: oldest first.
+/// `GET /v1/admin/workflows`: provisioning workflows oldest first, then discovery workflows
+/// oldest first, each with its `kind`.
 pub(super) async fn list_workflows(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Vec<WorkflowRow>>, ApiError> {
+) -> Result<Json<Vec<Value>>, ApiError> {
     authorize(&state, &headers)?;
     let mut tx = state.db.begin().await?;
     let rows = tx.list_workflows().await?;
+    let discovery = tx.list_discovery_workflows().await?;
     tx.commit().await?;
-    Ok(Json(rows))
+    let mut list = Vec::with_capacity(rows.len() + discovery.len());
+    for row in rows {
+        list.push(with_kind(&row, PROVISION)?);
+    }
+    for workflow in discovery {
+        list.push(with_kind(&workflow, DISCOVERY)?);
+    }
+    Ok(Json(list))
+}
+
+/// A workflow row as JSON with its `kind`.
+fn with_kind<T: Serialize>(row: &T, kind: &str) -> Result<Value, ApiError> {
+    let mut v =
+        serde_json::to_value(row).map_err(|e| ApiError::Internal(format!("workflow json: {e}")))?;
+    v["kind"] = json!(kind);
+    Ok(v)
 }
 
 /// `GET /v1/admin/workflows/{id}`: the workflow and where its token stands.
@@ -302,8 +490,15 @@ pub(super) async fn show_workflow(
     path_workflow_id(&id)?;
     let mut tx = state.db.begin().await?;
     let Some(workflow) = tx.workflow(&id).await? else {
-        tx.rollback().await?;
-        return Err(ApiError::NotFound);
+        let Some(discovery) = tx.lock_discovery_workflow(&id).await? else {
+            tx.rollback().await?;
+            return Err(ApiError::NotFound);
+        };
+        let token = token_summary(&mut tx, discovery.token_id.as_deref()).await?;
+        tx.commit().await?;
+        let mut answer = with_kind(&discovery, DISCOVERY)?;
+        answer["token"] = token.unwrap_or(Value::Null);
+        return Ok(Json(answer));
     };
     let token = match &workflow.token_id {
         Some(token_id) => tx.lock_token(token_id).await?.map(|t| {
@@ -317,10 +512,27 @@ pub(super) async fn show_workflow(
         None => None,
     };
     tx.commit().await?;
-    let mut answer = serde_json::to_value(&workflow)
-        .map_err(|e| ApiError::Internal(format!("workflow json: {e}")))?;
+    let mut answer = with_kind(&workflow, PROVISION)?;
     answer["token"] = token.unwrap_or(Value::Null);
     Ok(Json(answer))
+}
+
+/// Where a workflow's token stands.
+async fn token_summary(
+    tx: &mut crate::store::Tx,
+    token_id: Option<&str>,
+) -> Result<Option<Value>, ApiError> {
+    let Some(token_id) = token_id else {
+        return Ok(None);
+    };
+    Ok(tx.lock_token(token_id).await?.map(|t| {
+        json!({
+            "id": t.id,
+            "usesLeft": t.uses_left,
+            "revoked": t.revoked,
+            "expiresAt": t.expires_at,
+        })
+    }))
 }
 
 fn path_workflow_id(id: &str) -> Result<(), ApiError> {
@@ -378,8 +590,7 @@ async fn finish(
     path_workflow_id(id)?;
     let mut tx = state.db.begin().await?;
     let Some(workflow) = tx.workflow(id).await? else {
-        tx.rollback().await?;
-        return Err(ApiError::NotFound);
+        return finish_discovery(tx, id, to, event).await;
     };
     if !tx.finish_workflow(id, to).await? {
         tx.rollback().await?;
@@ -417,6 +628,71 @@ async fn finish(
         "state": to,
         "tokenRevoked": token_revoked,
     })))
+}
+
+/// [`finish`] for a discovery workflow: its newest token, if unspent, is revoked, so a boot
+/// the operator no longer wants cannot join.
+async fn finish_discovery(
+    mut tx: crate::store::Tx,
+    id: &str,
+    to: &str,
+    event: &str,
+) -> Result<Json<Value>, ApiError> {
+    let Some(workflow) = tx.lock_discovery_workflow(id).await? else {
+        tx.rollback().await?;
+        return Err(ApiError::NotFound);
+    };
+    if !tx.finish_discovery_workflow(id, to).await? {
+        tx.rollback().await?;
+        return Err(ApiError::Conflict(format!(
+            "workflow {id} is {}, not running",
+            workflow.state
+        )));
+    }
+    let token_revoked = revoke_unspent(&mut tx, workflow.token_id.as_deref()).await?;
+    let at = tx.now().await?;
+    tx.insert_event(&NewEvent {
+        at,
+        kind: event.to_owned(),
+        tenant_id: Some(workflow.tenant_id.clone()),
+        node_id: None,
+        attestor: None,
+        reason: None,
+        token_id: workflow.token_id.clone(),
+        payload: json!({
+            "workflowId": id,
+            "kind": DISCOVERY,
+            "state": to,
+            "tokenRevoked": token_revoked,
+        }),
+    })
+    .await?;
+    tx.commit().await?;
+    tracing::info!(workflow_id = %id, state = to, token_revoked, "discovery workflow finished");
+    Ok(Json(json!({
+        "id": id,
+        "kind": DISCOVERY,
+        "siteId": workflow.site_id,
+        "mac": workflow.mac,
+        "state": to,
+        "tokenRevoked": token_revoked,
+    })))
+}
+
+/// Revokes a token if it exists, is not revoked and has uses left; whether it did.
+pub(super) async fn revoke_unspent(
+    tx: &mut crate::store::Tx,
+    token_id: Option<&str>,
+) -> Result<bool, ApiError> {
+    let Some(token_id) = token_id else {
+        return Ok(false);
+    };
+    match tx.lock_token(token_id).await? {
+        Some(token) if token.uses_left > 0 && !token.revoked => {
+            Ok(tx.revoke_token(token_id).await?)
+        }
+        _ => Ok(false),
+    }
 }
 
 /// `POST /v1/admin/attestation-uses/prune` body.

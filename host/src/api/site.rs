@@ -1,13 +1,15 @@
 //! The site node's API over mTLS: its boot lease (`POST /v1/leases/{name}/acquire|renew|release`)
-//! and the discovery tokens of the machines its boot server serves
-//! (`POST /v1/site/discovery-tokens`).
+//! and fetching the discovery tokens of the machines an operator's discovery workflow lets its
+//! boot server serve (`POST /v1/site/discovery-tokens`).
 //!
 //! A site node authenticates as `POST /v1/renew` does: the TLS handshake proved it holds the
 //! key of the leaf it presented (`api::mtls`), and the leaf must be byte for byte a live
 //! `node_certs` row of the node's current identity generation, of a node that is not retired
 //! (the node row is locked, so an operator's retire is never overtaken). The node must be of
 //! role site with a site, and may touch only its own site's lease, `site:<siteId>:boot`, and
-//! mint tokens only for its own site and tenant. Every refusal is `403 ACCESS_DENIED` ("Site
+//! fetch only the tokens of its own site's running discovery workflows, while it holds that
+//! lease (discovery's two parties: the operator starts the workflow, the boot server vouches
+//! for the boot). Every refusal is `403 ACCESS_DENIED` ("Site
 //! request refused") and a `security.site.refused` event with the reason; losing a lease
 //! race is not a refusal but `409 CONFLICT`.
 
@@ -25,14 +27,12 @@ use super::{AppState, Peer};
 use crate::join::renew::{self, RenewRefusal};
 use crate::store::{
     LeaseOutcome, LeaseRow, NewEvent, NewToken, NodeRole, NodeRow, TokenExpect, TokenRole, Tx,
+    WORKFLOW_RUNNING,
 };
 
 /// Shortest and longest lease, seconds. A boot lease is renewed every few seconds; its TTL is
 /// how long a boot server that stopped renewing still vouches.
 const LEASE_TTL_SECONDS: std::ops::RangeInclusive<u32> = 5..=600;
-/// Default, shortest and longest discovery token lifetime, seconds.
-const TOKEN_TTL_DEFAULT: u32 = 3600;
-const TOKEN_TTL_SECONDS: std::ops::RangeInclusive<u32> = 60..=86_400;
 
 /// Why a site request was refused: the reason in `security.site.refused`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -54,6 +54,14 @@ pub enum SiteRefusal {
     /// The lease is not this node's site's boot lease.
     #[error("foreign-lease")]
     ForeignLease,
+    /// A discovery token was asked for by a node that does not hold its site's boot lease at
+    /// the epoch it named (unexpired).
+    #[error("not-lease-holder")]
+    NotLeaseHolder,
+    /// No running discovery workflow an operator started for that MAC at this node's site
+    /// (or the named workflow is another site's, another MAC's, or finished).
+    #[error("no-workflow")]
+    NoWorkflow,
 }
 
 /// A site node, authenticated.
@@ -277,9 +285,14 @@ async fn lease(
     Ok(Json(state_of(row)))
 }
 
-/// `POST /v1/site/discovery-tokens`: a single-use discovery token for one machine the site
-/// node's boot server serves, issued for the node's site and tenant, bound to the MAC
-/// (`expect.mac`) and, when given, the product UUID. Shown once.
+/// `POST /v1/site/discovery-tokens`: `{mac, epoch, workflowId?}`. The site node fetches the
+/// single-use discovery token of the running discovery workflow an operator started for that
+/// MAC at the node's own site (`workflowId`, when given, must be that workflow), and only
+/// while it holds the site's boot lease at `epoch`, unexpired, by database time. Each fetch
+/// mints a new token (the workflow's tenant and site, `expect.mac` and the workflow's product
+/// UUID, one use, the workflow's lifetime), revokes the workflow's previous token if it is
+/// unspent, and records the new one on the workflow: a boot server can never hold more than
+/// one live token per workflow, and none without a workflow. Shown once.
 pub(super) async fn discovery_token(
     State(state): State<AppState>,
     Extension(peer): Extension<Peer>,
@@ -295,71 +308,113 @@ pub(super) async fn discovery_token(
     {
         return Err(ApiError::InvalidInput("workflowId is not an id".into()));
     }
-    let product_uuid = req.product_uuid.map(|u| u.to_ascii_lowercase());
-    if product_uuid.as_deref().is_some_and(|u| !is_uuid(u)) {
-        return Err(ApiError::InvalidInput("productUuid is not a UUID".into()));
-    }
-    let ttl = req.ttl_seconds.unwrap_or(TOKEN_TTL_DEFAULT);
-    if !TOKEN_TTL_SECONDS.contains(&ttl) {
-        return Err(ApiError::InvalidInput(format!(
-            "ttlSeconds must be {} to {}",
-            TOKEN_TTL_SECONDS.start(),
-            TOKEN_TTL_SECONDS.end()
-        )));
-    }
+    const WHAT: &str = "discovery-token";
 
     let mut tx = state.db.begin().await?;
     let site = match site_node(&mut tx, &peer).await? {
         Ok(site) => site,
         Err((refusal, node)) => {
             drop(tx);
-            return Err(refuse(&state, "discovery-token", refusal, node.as_ref(), &peer).await);
+            return Err(refuse(&state, WHAT, refusal, node.as_ref(), &peer).await);
         }
     };
+    let now = tx.now().await?;
+    let lease_name = format!("site:{}:boot", site.site_id);
+    let holds_lease = tx
+        .lock_lease(&lease_name)
+        .await?
+        .is_some_and(|l| l.holder == site.node.id && l.epoch == req.epoch && l.expires_at > now);
+    if !holds_lease {
+        drop(tx);
+        return Err(refuse(
+            &state,
+            WHAT,
+            SiteRefusal::NotLeaseHolder,
+            Some(&site.node),
+            &peer,
+        )
+        .await);
+    }
+    let workflow = match &req.workflow_id {
+        Some(id) => tx
+            .lock_discovery_workflow(id)
+            .await?
+            .filter(|w| w.state == WORKFLOW_RUNNING && w.site_id == site.site_id && w.mac == mac),
+        None => {
+            let running = tx.running_discovery_workflows(&site.site_id, &mac).await?;
+            match running.into_iter().next() {
+                Some(w) => tx.lock_discovery_workflow(&w.id).await?,
+                None => None,
+            }
+        }
+    };
+    let Some(workflow) = workflow.filter(|w| w.state == WORKFLOW_RUNNING) else {
+        drop(tx);
+        return Err(refuse(
+            &state,
+            WHAT,
+            SiteRefusal::NoWorkflow,
+            Some(&site.node),
+            &peer,
+        )
+        .await);
+    };
+
+    let revoked =
+        super::provisioning::revoke_unspent(&mut tx, workflow.token_id.as_deref()).await?;
     let secret: [u8; 32] = rand::random();
     let token = gatehouse_proto::TokenString {
         id: crate::join::new_id("tok_"),
         secret: secret.to_vec(),
     };
-    let now = tx.now().await?;
-    let expires_at = now + i64::from(ttl) * 1000;
+    let expires_at = now + i64::from(workflow.token_ttl_seconds) * 1000;
     tx.insert_token(&NewToken {
         id: token.id.clone(),
         role: TokenRole::Discovery,
         secret_sha256: Sha256::digest(secret).into(),
-        tenant_id: site.node.tenant_id.clone(),
+        tenant_id: workflow.tenant_id.clone(),
         pool_id: None,
-        site_id: Some(site.site_id.clone()),
+        site_id: Some(workflow.site_id.clone()),
         expires_at,
         uses: 1,
         expect: TokenExpect {
-            product_uuid: product_uuid.clone(),
-            mac: Some(mac.clone()),
+            product_uuid: workflow.product_uuid.clone(),
+            mac: Some(workflow.mac.clone()),
             node_id: None,
         },
         reclaim: false,
         created_at: now,
     })
     .await?;
+    if !tx
+        .set_discovery_workflow_token(&workflow.id, &token.id)
+        .await?
+    {
+        return Err(ApiError::Internal(
+            "the locked workflow stopped running".into(),
+        ));
+    }
     tx.insert_event(&NewEvent {
         at: now,
         kind: "discovery-token.created".into(),
-        tenant_id: Some(site.node.tenant_id.clone()),
+        tenant_id: Some(workflow.tenant_id.clone()),
         node_id: Some(site.node.id.clone()),
         attestor: None,
         reason: None,
         token_id: Some(token.id.clone()),
         payload: json!({
-            "siteId": site.site_id,
-            "mac": mac,
-            "productUuid": product_uuid,
-            "workflowId": req.workflow_id,
+            "siteId": workflow.site_id,
+            "mac": workflow.mac,
+            "productUuid": workflow.product_uuid,
+            "workflowId": workflow.id,
+            "leaseEpoch": req.epoch,
+            "previousTokenRevoked": revoked,
             "expiresAt": expires_at,
         }),
     })
     .await?;
     tx.commit().await?;
-    tracing::info!(token_id = %token.id, node = %site.node.id, %mac, "discovery token created");
+    tracing::info!(token_id = %token.id, node = %site.node.id, workflow_id = %workflow.id, %mac, "discovery token fetched");
     Ok(Json(DiscoveryToken {
         id: token.id.clone(),
         token: token.to_text(),
@@ -367,30 +422,15 @@ pub(super) async fn discovery_token(
     }))
 }
 
-/// Whether `u` is a lowercase hyphenated UUID.
-fn is_uuid(u: &str) -> bool {
-    u.len() == 36
-        && u.bytes().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => b == b'-',
-            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn uuids() {
-        assert!(is_uuid("4c4c4544-0042-3510-8052-b4c04f4e4d32"));
-        assert!(!is_uuid("4c4c4544-0042-3510-8052-b4c04f4e4d3"));
-        assert!(!is_uuid("4C4C4544-0042-3510-8052-B4C04F4E4D32"));
-        assert!(!is_uuid("4c4c4544x0042-3510-8052-b4c04f4e4d32"));
-    }
-
-    #[test]
     fn refusal_reasons() {
         assert_eq!(SiteRefusal::ForeignLease.to_string(), "foreign-lease");
+        assert_eq!(SiteRefusal::NotLeaseHolder.to_string(), "not-lease-holder");
+        assert_eq!(SiteRefusal::NoWorkflow.to_string(), "no-workflow");
         assert_eq!(
             SiteRefusal::Certificate(RenewRefusal::Retired).to_string(),
             "retired"

@@ -46,6 +46,11 @@ static SQLITE: &[Embedded] = &[
         description: "join_policy",
         sql: include_str!("../../migrations/sqlite/0004_join_policy.sql"),
     },
+    Embedded {
+        version: 5,
+        description: "discovery_workflows",
+        sql: include_str!("../../migrations/sqlite/0005_discovery_workflows.sql"),
+    },
 ];
 
 /// The Postgres migrations, in order.
@@ -69,6 +74,11 @@ static POSTGRES: &[Embedded] = &[
         version: 4,
         description: "join_policy",
         sql: include_str!("../../migrations/postgres/0004_join_policy.sql"),
+    },
+    Embedded {
+        version: 5,
+        description: "discovery_workflows",
+        sql: include_str!("../../migrations/postgres/0005_discovery_workflows.sql"),
     },
 ];
 

@@ -54,7 +54,8 @@ pub(crate) use join_requests::new_id as new_join_request_id;
 pub use kv::KV_VALUE_MAX;
 pub use locks::RowLock;
 pub use provisioning::{
-    USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_FAILED, WORKFLOW_RUNNING, WORKFLOW_SUCCEEDED,
+    DiscoveryWorkflowRow, USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_FAILED, WORKFLOW_RUNNING,
+    WORKFLOW_SUCCEEDED,
 };
 pub use rows::{
     AuditResult, AuditRow, EventRow, InventoryRow, JoinDecision, JoinRequestRow, JoinRequestState,

@@ -2,6 +2,9 @@
 //! workflow on, and a node's inventories. (The rows attestors read, `newest_inventory` and
 //! `token_workflow`, and the inserts live in `reads.rs`.)
 
+use sqlx::any::AnyRow;
+
+use super::decode::Fields;
 use super::reads::{inventory, workflow};
 use super::{InventoryRow, StoreError, Tx, WorkflowRow};
 
@@ -16,6 +19,53 @@ pub const WORKFLOW_FAILED: &str = "failed";
 pub const WORKFLOW_CANCELLED: &str = "cancelled";
 /// The step that mints the provisioned token and renders it into the machine's user data.
 pub const USERDATA_RENDER: &str = "userdata.render";
+
+/// A discovery workflow: an operator's decision that the machine with `mac` may boot the
+/// discovery ramdisk at `site_id`. While it runs, the site's boot server (the holder of the
+/// site's boot lease) may fetch its single-use discovery token; a fetch mints a new token
+/// and revokes the one before it if it is unspent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryWorkflowRow {
+    /// The workflow id.
+    pub id: String,
+    /// The tenant the ramdisk joins.
+    pub tenant_id: String,
+    /// The site whose boot server serves the machine.
+    pub site_id: String,
+    /// The machine's MAC, lowercase with colons.
+    pub mac: String,
+    /// The machine's product UUID, when the operator knows it.
+    pub product_uuid: Option<String>,
+    /// `running`, `succeeded` or `cancelled`.
+    pub state: String,
+    /// Lifetime of each token a fetch mints.
+    pub token_ttl_seconds: u32,
+    /// The newest token the workflow minted, if any.
+    pub token_id: Option<String>,
+    /// When it started.
+    pub created_at: i64,
+}
+
+/// The columns [`discovery_workflow`] reads.
+const DISCOVERY_COLUMNS: &str =
+    "id, tenant_id, site_id, mac, product_uuid, state, token_ttl_seconds, token_id, created_at";
+
+fn discovery_workflow(row: &AnyRow) -> Result<DiscoveryWorkflowRow, StoreError> {
+    let f = Fields::new(row, "discovery_workflows");
+    Ok(DiscoveryWorkflowRow {
+        id: f.text("id")?,
+        tenant_id: f.text("tenant_id")?,
+        site_id: f.text("site_id")?,
+        mac: f.text("mac")?,
+        product_uuid: f.opt_text("product_uuid")?,
+        state: f.text("state")?,
+        token_ttl_seconds: u32::try_from(f.i64("token_ttl_seconds")?)
+            .map_err(|_| StoreError::OutOfRange("token_ttl_seconds"))?,
+        token_id: f.opt_text("token_id")?,
+        created_at: f.i64("created_at")?,
+    })
+}
 
 /// The columns [`workflow`] reads.
 const WORKFLOW_COLUMNS: &str = "id, node_id, state, step, token_id, created_at";
@@ -56,6 +106,100 @@ impl Tx {
             .bind(id)
             .bind(state)
             .bind(WORKFLOW_RUNNING);
+        Ok(self.execute(q).await? == 1)
+    }
+
+    /// Records a new discovery workflow.
+    pub async fn insert_discovery_workflow(
+        &mut self,
+        w: &DiscoveryWorkflowRow,
+    ) -> Result<(), StoreError> {
+        let q = sqlx::query(
+            "INSERT INTO discovery_workflows (id, tenant_id, site_id, mac, product_uuid, state, \
+             token_ttl_seconds, token_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&w.id)
+        .bind(&w.tenant_id)
+        .bind(&w.site_id)
+        .bind(&w.mac)
+        .bind(&w.product_uuid)
+        .bind(&w.state)
+        .bind(i64::from(w.token_ttl_seconds))
+        .bind(&w.token_id)
+        .bind(w.created_at);
+        self.execute(q).await.map(drop)
+    }
+
+    /// Looks up a discovery workflow and locks its row until this transaction ends (`FOR
+    /// UPDATE` on Postgres; SQLite's `BEGIN IMMEDIATE` already excludes other writers).
+    pub async fn lock_discovery_workflow(
+        &mut self,
+        id: &str,
+    ) -> Result<Option<DiscoveryWorkflowRow>, StoreError> {
+        let sql = self.pick(
+            "SELECT id, tenant_id, site_id, mac, product_uuid, state, token_ttl_seconds, \
+             token_id, created_at FROM discovery_workflows WHERE id = $1",
+            "SELECT id, tenant_id, site_id, mac, product_uuid, state, token_ttl_seconds, \
+             token_id, created_at FROM discovery_workflows WHERE id = $1 FOR UPDATE",
+        );
+        let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
+        row.as_ref().map(discovery_workflow).transpose()
+    }
+
+    /// The running discovery workflows for `mac` at `site_id`, oldest first.
+    pub async fn running_discovery_workflows(
+        &mut self,
+        site_id: &str,
+        mac: &str,
+    ) -> Result<Vec<DiscoveryWorkflowRow>, StoreError> {
+        let sql = format!(
+            "SELECT {DISCOVERY_COLUMNS} FROM discovery_workflows \
+             WHERE site_id = $1 AND mac = $2 AND state = $3 ORDER BY created_at, id"
+        );
+        let q = sqlx::query(&sql)
+            .bind(site_id)
+            .bind(mac)
+            .bind(WORKFLOW_RUNNING);
+        let rows = self.fetch_all(q).await?;
+        rows.iter().map(discovery_workflow).collect()
+    }
+
+    /// Every discovery workflow, oldest first.
+    pub async fn list_discovery_workflows(
+        &mut self,
+    ) -> Result<Vec<DiscoveryWorkflowRow>, StoreError> {
+        let sql =
+            format!("SELECT {DISCOVERY_COLUMNS} FROM discovery_workflows ORDER BY created_at, id");
+        let rows = self.fetch_all(sqlx::query(&sql)).await?;
+        rows.iter().map(discovery_workflow).collect()
+    }
+
+    /// Records the token a running discovery workflow minted; whether it was running.
+    pub async fn set_discovery_workflow_token(
+        &mut self,
+        id: &str,
+        token_id: &str,
+    ) -> Result<bool, StoreError> {
+        let q = sqlx::query(
+            "UPDATE discovery_workflows SET token_id = $2 WHERE id = $1 AND state = $3",
+        )
+        .bind(id)
+        .bind(token_id)
+        .bind(WORKFLOW_RUNNING);
+        Ok(self.execute(q).await? == 1)
+    }
+
+    /// Moves a running discovery workflow to `state`; whether it was running.
+    pub async fn finish_discovery_workflow(
+        &mut self,
+        id: &str,
+        state: &str,
+    ) -> Result<bool, StoreError> {
+        let q =
+            sqlx::query("UPDATE discovery_workflows SET state = $2 WHERE id = $1 AND state = $3")
+                .bind(id)
+                .bind(state)
+                .bind(WORKFLOW_RUNNING);
         Ok(self.execute(q).await? == 1)
     }
 

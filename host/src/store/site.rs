@@ -40,6 +40,18 @@ fn epoch(e: u64) -> Result<i64, StoreError> {
 }
 
 impl Tx {
+    /// Reads lease `name` and locks its row until this transaction ends (`FOR UPDATE` on
+    /// Postgres; SQLite's `BEGIN IMMEDIATE` already excludes other writers), so a decision
+    /// that depends on who holds it cannot be overtaken by a change of hands.
+    pub async fn lock_lease(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+        let sql = self.pick(
+            "SELECT name, holder, epoch, expires_at FROM leases WHERE name = $1",
+            "SELECT name, holder, epoch, expires_at FROM leases WHERE name = $1 FOR UPDATE",
+        );
+        let row = self.fetch_optional(sqlx::query(sql).bind(name)).await?;
+        row.as_ref().map(lease).transpose()
+    }
+
     /// Takes lease `name` for `holder` until `expires_at`, if it is free (absent, or lapsed
     /// by `now`) or already `holder`'s. A change of hands, or a holder taking a lapsed lease
     /// again, raises the epoch by one; a live holder acquiring again keeps its epoch and

@@ -149,13 +149,18 @@ impl SiteClient {
         self.post(&path, body).await
     }
 
-    /// Mints the single-use discovery token of the machine `entry` describes.
-    pub async fn discovery_token(&self, entry: &BootEntry) -> Result<DiscoveryToken, SiteError> {
+    /// Fetches the single-use discovery token of the machine `entry` describes: the token of
+    /// the discovery workflow an operator started for its MAC at this site, which the host
+    /// hands out only while this node holds the boot `lease` (at its epoch).
+    pub async fn discovery_token(
+        &self,
+        lease: &LeaseState,
+        entry: &BootEntry,
+    ) -> Result<DiscoveryToken, SiteError> {
         let body = DiscoveryTokenRequest {
             mac: entry.mac.clone(),
+            epoch: lease.epoch,
             workflow_id: entry.workflow_id.clone(),
-            product_uuid: entry.product_uuid.clone(),
-            ttl_seconds: None,
         };
         self.post("/v1/site/discovery-tokens", &body).await
     }
@@ -211,7 +216,7 @@ impl SiteClient {
     ) -> Result<String, SiteError> {
         // Sign first: a refused entry mints no token.
         let assertion = self.sign_assertion(lease, entry, now_ms)?;
-        let token = self.discovery_token(entry).await?;
+        let token = self.discovery_token(lease, entry).await?;
         Ok(render_cmdline(&token.token, &assertion))
     }
 

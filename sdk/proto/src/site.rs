@@ -32,21 +32,18 @@ pub struct LeaseState {
     pub expires_at: i64,
 }
 
-/// The body of `POST /v1/site/discovery-tokens`: one machine's single-use discovery token.
+/// The body of `POST /v1/site/discovery-tokens`: fetch the single-use discovery token of the
+/// discovery workflow an operator started for one machine at the site.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DiscoveryTokenRequest {
-    /// The MAC the token is bound to (`expect.mac`).
+    /// The machine's MAC (the workflow's, which the token is bound to as `expect.mac`).
     pub mac: String,
-    /// The commissioning workflow the boot belongs to.
+    /// The epoch at which the asking site node holds its site's boot lease.
+    pub epoch: u64,
+    /// The discovery workflow, when the boot server knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_id: Option<String>,
-    /// The machine's product UUID, when known (`expect.productUuid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub product_uuid: Option<String>,
-    /// The token's lifetime in seconds (default 3600).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds: Option<u32>,
 }
 
 /// A minted discovery token, shown once.

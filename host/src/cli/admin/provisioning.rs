@@ -45,14 +45,29 @@ pub(in crate::cli) enum WorkflowsCommand {
 
 #[derive(Debug, Args)]
 pub(in crate::cli) struct StartArgs {
-    /// The node to provision.
-    node: String,
+    /// The node to provision (or, with --mac and --site, none: a discovery workflow).
+    #[arg(required_unless_present = "mac", conflicts_with_all = ["mac", "site"])]
+    node: Option<String>,
+    /// A discovery workflow instead: the MAC of the machine that may boot the discovery
+    /// ramdisk at --site; the site's boot server fetches its token while it holds the lease.
+    #[arg(long, requires = "site")]
+    mac: Option<String>,
+    /// The site of a discovery workflow.
+    #[arg(long, requires = "mac")]
+    site: Option<String>,
+    /// The machine's product UUID (a discovery workflow).
+    #[arg(long, requires = "mac")]
+    product_uuid: Option<String>,
+    /// The tenant the ramdisk joins (a discovery workflow).
+    #[arg(long, requires = "mac", default_value = "root")]
+    tenant: String,
     /// The host's URL as the machine reaches it (default: the --server this command uses).
     #[arg(long, value_name = "URL")]
     server_url: Option<String>,
-    /// How long the token is valid (e.g. 24h, 2d).
-    #[arg(long, default_value = "24h")]
-    token_ttl: humantime::Duration,
+    /// How long the token is valid (e.g. 24h, 2d; default 24h, and 1h for each token of a
+    /// discovery workflow).
+    #[arg(long)]
+    token_ttl: Option<humantime::Duration>,
     /// Write the user data to this file (0600) and print the workflow instead.
     #[arg(long, value_name = "FILE")]
     userdata_out: Option<PathBuf>,
@@ -184,13 +199,17 @@ pub(in crate::cli) async fn workflows(
 }
 
 async fn start(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
-    let node = segment("node id", &a.node)?;
+    if a.mac.is_some() || a.node.is_none() {
+        return start_discovery(a, out).await;
+    }
+    let node = segment("node id", a.node.as_deref().unwrap_or_default())?;
     let client = Client::new(&a.conn)?;
     let server_url = a.server_url.clone().unwrap_or_else(|| client.base.clone());
+    let ttl = a.token_ttl.map_or(24 * 3600, |t| t.as_secs());
     let body = json!({
         "nodeId": node,
         "serverUrl": server_url,
-        "tokenTtlSeconds": a.token_ttl.as_secs(),
+        "tokenTtlSeconds": ttl,
     });
     let started = client
         .call(reqwest::Method::POST, "/v1/admin/workflows", Some(body))
@@ -219,6 +238,37 @@ async fn start(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()>
             eprintln!("{summary}");
             write!(out, "{}", text(&started["userData"]))?;
         }
+    }
+    Ok(())
+}
+
+/// `workflows start --mac M --site S`: a discovery workflow.
+async fn start_discovery(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
+    let mut body = json!({
+        "kind": "discovery",
+        "mac": a.mac,
+        "siteId": a.site,
+        "tenantId": a.tenant,
+    });
+    if let Some(uuid) = &a.product_uuid {
+        body["productUuid"] = json!(uuid);
+    }
+    if let Some(ttl) = a.token_ttl {
+        body["tokenTtlSeconds"] = json!(ttl.as_secs());
+    }
+    let started = Client::new(&a.conn)?
+        .call(reqwest::Method::POST, "/v1/admin/workflows", Some(body))
+        .await?;
+    if a.json {
+        write_json(out, &started)?;
+    } else {
+        writeln!(
+            out,
+            "discovery workflow {} started for {} at site {}: its boot server fetches the token while it holds the boot lease",
+            text(&started["id"]),
+            text(&started["mac"]),
+            text(&started["siteId"])
+        )?;
     }
     Ok(())
 }
