@@ -15,6 +15,7 @@ mod join_token;
 mod nodes;
 mod pools;
 mod provisioned;
+mod real_vectors;
 mod renew;
 mod response;
 mod sandbox;
