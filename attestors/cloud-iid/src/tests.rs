@@ -1061,6 +1061,9 @@ fn info_names_the_attestor() {
         codes::TOO_OLD,
         codes::NOT_YET_VALID,
         codes::MISSING_CLAIM,
+        codes::LEGACY_ALGORITHM,
+        codes::NONCE_MISMATCH,
+        codes::SIGNATURE_NOT_ENABLED,
     ] {
         assert!(reason::is_valid(code), "{code}");
     }

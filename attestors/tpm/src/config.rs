@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 /// Most `ekRoots` certificates, counted after every entry is split into its certificates: the
 /// host's `verify-ek` takes no more.
-const MAX_ROOTS: usize = gatehouse_tpm::MAX_EK_ROOTS;
+const MAX_ROOTS: usize = gatehouse_sdk::MAX_EK_ROOTS;
 /// Most `allow` entries (a delivery manifest).
 const MAX_ALLOW: usize = 100_000;
 /// Most `pcrPolicy` entries.
@@ -273,14 +273,15 @@ mod tests {
             .find(|b| b.contains("BEGIN"))
             .unwrap();
         let too_many = block.repeat(MAX_ROOTS + 1);
-        let err = parse(&[&too_many]).unwrap_err();
+        let err = parse(&[too_many.as_str()]).unwrap_err();
         assert!(err.contains("more than 1024 certificates"), "{err}");
-        assert!(parse(&[&block.repeat(MAX_ROOTS)]).is_ok());
+        assert!(parse(&[block.repeat(MAX_ROOTS).as_str()]).is_ok());
     }
 
     #[test]
     fn text_that_is_neither_comment_nor_certificate_is_refused_with_its_line() {
-        let err = parse(&[&format!("{ROOTS}\nnot a comment\n")]).unwrap_err();
+        let with_text = format!("{ROOTS}\nnot a comment\n");
+        let err = parse(&[with_text.as_str()]).unwrap_err();
         assert!(err.contains("ekRoots[0] line"), "{err}");
         assert!(err.contains("not a # comment"), "{err}");
         let unterminated = ROOTS.trim_end().trim_end_matches("-----END CERTIFICATE-----");

@@ -12,7 +12,7 @@ use crate::runtime::bindings::tpm::{Credential, Host, PcrValue, PublicInfo, TpmE
 /// Most certificates `verify-ek` looks at besides the leaf, and most roots (the tpm attestor's
 /// `ekRoots` refuses to load with more, so a configuration that loads never meets this).
 const MAX_INTERMEDIATES: usize = 6;
-const MAX_ROOTS: usize = gatehouse_tpm::MAX_EK_ROOTS;
+const MAX_ROOTS: usize = gatehouse_sdk::MAX_EK_ROOTS;
 
 impl<B: TxBackend> Host for CallState<B> {
     async fn parse_public(

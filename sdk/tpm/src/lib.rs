@@ -32,11 +32,6 @@ mod verify;
 pub use attest::{Attest, Attested, ClockInfo, PcrSelection};
 pub use credential::{Credential, CredentialCrypto, kdfa, make_credential};
 pub use nv::{nv_certificate, nv_certificates};
-
-/// Most trusted roots one EK verification takes, so the tpm attestor's `ekRoots` and the host's
-/// `verify-ek` agree: a whole vendor trust bundle (about 170 roots and intermediates in 2026)
-/// fits several times over, and a larger one is refused when the configuration loads.
-pub const MAX_EK_ROOTS: usize = 1024;
 pub use public::{EccCurve, KeyParams, Public, PublicKey, SymDef};
 #[cfg(feature = "rustcrypto")]
 pub use rustcrypto::RustCryptoVerifier;
