@@ -297,7 +297,9 @@ impl Config {
                 let values = read_config_values(&path, &mut budget).map_err(invalid)?;
                 let table = section.config.get_or_insert_with(toml::Table::new);
                 if table.contains_key(&key) {
-                    return Err(invalid(format!("{key} is also set in attestors.{id}.config")));
+                    return Err(invalid(format!(
+                        "{key} is also set in attestors.{id}.config"
+                    )));
                 }
                 let values = values.into_iter().map(toml::Value::String).collect();
                 table.insert(key, toml::Value::Array(values));
@@ -529,11 +531,26 @@ mod tests {
         assert_eq!(tpm["other"], serde_json::json!(["ONE"]));
         // A key both inline and from a file, a missing path, binary content: refused, naming it.
         write("[attestors.tpm.config]\nekRoots = []\n[attestors.tpm.files]\nekRoots = \"roots\"\n");
-        assert!(Config::load(&config).unwrap_err().to_string().contains("also set"));
+        assert!(
+            Config::load(&config)
+                .unwrap_err()
+                .to_string()
+                .contains("also set")
+        );
         write("[attestors.tpm.files]\nekRoots = \"nowhere\"\n");
-        assert!(Config::load(&config).unwrap_err().to_string().contains("attestors.tpm.files.ekRoots"));
+        assert!(
+            Config::load(&config)
+                .unwrap_err()
+                .to_string()
+                .contains("attestors.tpm.files.ekRoots")
+        );
         std::fs::write(roots.join("c.der"), [0x30, 0x82, 0xff, 0xfe]).unwrap();
         write("[attestors.tpm.files]\nekRoots = \"roots\"\n");
-        assert!(Config::load(&config).unwrap_err().to_string().contains("not UTF-8"));
+        assert!(
+            Config::load(&config)
+                .unwrap_err()
+                .to_string()
+                .contains("not UTF-8")
+        );
     }
 }

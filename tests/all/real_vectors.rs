@@ -15,9 +15,9 @@ use gatehouse::pki::verify::{self, Scheme};
 use gatehouse_attestor_cloud_iid::CloudIid;
 use gatehouse_proto::cloud_iid::{CloudIidEvidence, Provider};
 use gatehouse_sdk::{
-    Attestor, Context, Crypto, CryptoError, HardwareClaims, Inventory, JoinRequest,
-    JoinRequestRow, JoinRole, Lease, Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token,
-    Tx, TxError, UseError, VerifiedChain, Workflow,
+    Attestor, Context, Crypto, CryptoError, HardwareClaims, Inventory, JoinRequest, JoinRequestRow,
+    JoinRole, Lease, Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, Tx, TxError,
+    UseError, VerifiedChain, Workflow,
 };
 use serde_json::{Value, json};
 
@@ -25,8 +25,7 @@ const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/vectors");
 const DAY: i64 = 86_400_000;
 
 fn vector(path: &str) -> String {
-    std::fs::read_to_string(format!("{VECTORS}/{path}"))
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
+    std::fs::read_to_string(format!("{VECTORS}/{path}")).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// The host's verification, as the `crypto` import maps it (no sealing: cloud-iid seals
@@ -260,7 +259,12 @@ fn aws_rsa2048_is_admitted_and_a_changed_byte_refused() {
     );
     // The signature's last byte.
     refused(
-        join(&aws, &aws_evidence(&document, &flip(&rsa2048, -10)), AWS_2026, [0; 32]),
+        join(
+            &aws,
+            &aws_evidence(&document, &flip(&rsa2048, -10)),
+            AWS_2026,
+            [0; 32],
+        ),
         "bad-signature",
     );
     // A byte of the document both inside and beside the SignedData: the signed digest no
@@ -274,12 +278,22 @@ fn aws_rsa2048_is_admitted_and_a_changed_byte_refused() {
     changed[at] = b'2';
     let changed_document = document.replacen("189292791360", "289292791360", 1);
     refused(
-        join(&aws, &aws_evidence(&changed_document, &b64(&changed)), AWS_2026, [0; 32]),
+        join(
+            &aws,
+            &aws_evidence(&changed_document, &b64(&changed)),
+            AWS_2026,
+            [0; 32],
+        ),
         "bad-signature",
     );
     // The document beside it changed alone: it is not the one signed.
     refused(
-        join(&aws, &aws_evidence(&changed_document, &rsa2048), AWS_2026, [0; 32]),
+        join(
+            &aws,
+            &aws_evidence(&changed_document, &rsa2048),
+            AWS_2026,
+            [0; 32],
+        ),
         "malformed-evidence",
     );
     // Another region's certificate (the /signature one) does not verify /rsa2048.
@@ -289,7 +303,12 @@ fn aws_rsa2048_is_admitted_and_a_changed_byte_refused() {
         "189292791360",
     );
     refused(
-        join(&wrong, &aws_evidence(&document, &rsa2048), AWS_2026, [0; 32]),
+        join(
+            &wrong,
+            &aws_evidence(&document, &rsa2048),
+            AWS_2026,
+            [0; 32],
+        ),
         "untrusted-signer",
     );
 }
@@ -315,7 +334,12 @@ fn aws_signature_is_admitted_only_where_enabled() {
             &format!("cloud:aws:189292791360:{instance}"),
         );
         refused(
-            join(&enabled, &aws_evidence(&document, &flip(&signature, -1)), now, [0; 32]),
+            join(
+                &enabled,
+                &aws_evidence(&document, &flip(&signature, -1)),
+                now,
+                [0; 32],
+            ),
             "bad-signature",
         );
         let changed = document.replacen("ap-southeast-2a", "ap-southeast-2b", 1);

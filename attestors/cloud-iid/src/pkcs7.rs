@@ -126,8 +126,8 @@ pub fn verify(
         signature,
         rfc5912::RSA_ENCRYPTION | rfc5912::SHA_256_WITH_RSA_ENCRYPTION
     );
-    let sha256 = digest == rfc5912::ID_SHA_256
-        || (rsa && digest == rfc5912::SHA_256_WITH_RSA_ENCRYPTION);
+    let sha256 =
+        digest == rfc5912::ID_SHA_256 || (rsa && digest == rfc5912::SHA_256_WITH_RSA_ENCRYPTION);
     if !sha256 {
         return Err(refuse(codes::BAD_ALGORITHM));
     }

@@ -1110,7 +1110,11 @@ fn azure_signer_must_be_imds() {
     let attestor = CloudIid::configure(&config.to_string()).unwrap();
     let evidence = keys().azure("acct-azure", "vm-s1", NOW - MINUTE);
     assert_eq!(
-        reason_of(run(&attestor, &FakeTx::new(), &request(mint::bytes(&evidence)))),
+        reason_of(run(
+            &attestor,
+            &FakeTx::new(),
+            &request(mint::bytes(&evidence))
+        )),
         codes::UNTRUSTED_SIGNER
     );
 }
@@ -1121,7 +1125,11 @@ fn provider_settings_belong_to_their_provider() {
     for (provider, key, value) in [
         ("aws", "nonce", json!("csr")),
         ("aws", "signerNames", json!(["metadata.azure.com"])),
-        ("azure", "signatureCertificates", json!(mint::pem(&[&k.aws_cert]))),
+        (
+            "azure",
+            "signatureCertificates",
+            json!(mint::pem(&[&k.aws_cert])),
+        ),
         ("azure", "nonce", json!("maybe")),
         ("azure", "signerNames", json!([])),
         ("aws", "signatureCertificates", json!("not pem")),

@@ -107,9 +107,8 @@ impl Config {
         let raw: Raw = gatehouse_sdk::config::parse(text)?;
         let mut ek_roots = Vec::new();
         for (i, root) in raw.ek_roots.iter().enumerate() {
-            let ders = certificates(root).map_err(|why| {
-                format!("invalid configuration: ekRoots[{i}] {why}")
-            })?;
+            let ders = certificates(root)
+                .map_err(|why| format!("invalid configuration: ekRoots[{i}] {why}"))?;
             ek_roots.extend(ders);
             if ek_roots.len() > MAX_ROOTS {
                 return Err(format!(
@@ -284,9 +283,20 @@ mod tests {
         let err = parse(&[with_text.as_str()]).unwrap_err();
         assert!(err.contains("ekRoots[0] line"), "{err}");
         assert!(err.contains("not a # comment"), "{err}");
-        let unterminated = ROOTS.trim_end().trim_end_matches("-----END CERTIFICATE-----");
+        let unterminated = ROOTS
+            .trim_end()
+            .trim_end_matches("-----END CERTIFICATE-----");
         assert!(parse(&[unterminated]).unwrap_err().contains("no END"));
-        assert!(parse(&["# only a comment\n-----BEGIN CERTIFICATE-----\n%%\n-----END CERTIFICATE-----"]).is_err());
-        assert!(parse(&["%%%"]).unwrap_err().contains("neither PEM nor base64"));
+        assert!(
+            parse(&[
+                "# only a comment\n-----BEGIN CERTIFICATE-----\n%%\n-----END CERTIFICATE-----"
+            ])
+            .is_err()
+        );
+        assert!(
+            parse(&["%%%"])
+                .unwrap_err()
+                .contains("neither PEM nor base64")
+        );
     }
 }

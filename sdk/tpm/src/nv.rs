@@ -57,7 +57,9 @@ fn der_len(input: &[u8]) -> Option<usize> {
             return None;
         }
         let bytes = rest.get(..count)?;
-        let len = bytes.iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        let len = bytes
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
         (len, 2 + count)
     };
     let total = header.checked_add(content)?;

@@ -412,9 +412,9 @@ fn nv_fill_is_cut_but_other_trailing_bytes_refused() {
 #[test]
 fn the_intermediate_may_come_from_the_tpm_instead_of_the_configuration() {
     // Infineon's manufacturing CA sent as an intermediate; only the vendor roots configured.
-    let roots: Vec<Vec<u8>> = x509_parser::pem::Pem::iter_from_buffer(
-        include_bytes!("../../../../tests/vectors/tpm/ca/tpm-ca-certificates.pem"),
-    )
+    let roots: Vec<Vec<u8>> = x509_parser::pem::Pem::iter_from_buffer(include_bytes!(
+        "../../../../tests/vectors/tpm/ca/tpm-ca-certificates.pem"
+    ))
     .map(|p| p.unwrap().contents)
     .collect();
     let cert = include_bytes!("../../../../tests/vectors/tpm/ek/ifx-rsa.der");

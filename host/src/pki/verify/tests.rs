@@ -813,15 +813,26 @@ fn tampered(der: &[u8]) -> Vec<u8> {
 
 #[test]
 fn nuvoton_p384_ca_under_the_p521_root_verifies() {
-    let root = pem_der(include_str!("../../../../tests/vectors/tpm/ca/ntc-ecc521-root.pem"));
+    let root = pem_der(include_str!(
+        "../../../../tests/vectors/tpm/ca/ntc-ecc521-root.pem"
+    ));
     let ca = pem_der(include_str!(
         "../../../../tests/vectors/tpm/ca/ntc-ecc384-leafca-022111.pem"
     ));
-    let verified = verify_chain(std::slice::from_ref(&ca), std::slice::from_ref(&root), REAL_AT)
-        .unwrap();
+    let verified = verify_chain(
+        std::slice::from_ref(&ca),
+        std::slice::from_ref(&root),
+        REAL_AT,
+    )
+    .unwrap();
     assert_eq!(verified.root_index, 0);
     // The root signs itself with ecdsa-with-SHA512 on P-521 too.
-    verify_chain(std::slice::from_ref(&root), std::slice::from_ref(&root), REAL_AT).unwrap();
+    verify_chain(
+        std::slice::from_ref(&root),
+        std::slice::from_ref(&root),
+        REAL_AT,
+    )
+    .unwrap();
     assert_eq!(
         verify_chain(&[tampered(&ca)], &[root], REAL_AT),
         Err(ChainError::BadSignature)
@@ -830,7 +841,9 @@ fn nuvoton_p384_ca_under_the_p521_root_verifies() {
 
 #[test]
 fn stm_utf8string_issuer_matches_its_printablestring_root() {
-    let root = pem_der(include_str!("../../../../tests/vectors/tpm/ca/stm-ecc-root-ca-01.pem"));
+    let root = pem_der(include_str!(
+        "../../../../tests/vectors/tpm/ca/stm-ecc-root-ca-01.pem"
+    ));
     let ca = pem_der(include_str!(
         "../../../../tests/vectors/tpm/ca/stm-ecc-intermediate-ca-02.pem"
     ));
@@ -839,7 +852,12 @@ fn stm_utf8string_issuer_matches_its_printablestring_root() {
     // Different bytes, same name.
     assert_ne!(parsed_ca.issuer().as_raw(), parsed_root.subject().as_raw());
     assert!(same_name(parsed_ca.issuer(), parsed_root.subject()));
-    verify_chain(std::slice::from_ref(&ca), std::slice::from_ref(&root), REAL_AT).unwrap();
+    verify_chain(
+        std::slice::from_ref(&ca),
+        std::slice::from_ref(&root),
+        REAL_AT,
+    )
+    .unwrap();
     assert_eq!(
         verify_chain(&[tampered(&ca)], &[root], REAL_AT),
         Err(ChainError::BadSignature)
@@ -849,7 +867,12 @@ fn stm_utf8string_issuer_matches_its_printablestring_root() {
 #[test]
 fn nuvoton_multi_valued_rdn_root_parses_and_verifies() {
     let root = include_bytes!("../../../../tests/vectors/tpm/ca/ntc-root-ca-2110.der").to_vec();
-    verify_chain(std::slice::from_ref(&root), std::slice::from_ref(&root), REAL_AT).unwrap();
+    verify_chain(
+        std::slice::from_ref(&root),
+        std::slice::from_ref(&root),
+        REAL_AT,
+    )
+    .unwrap();
     assert_eq!(
         verify_chain(&[tampered(&root)], &[root], REAL_AT),
         Err(ChainError::BadSignature)
@@ -914,13 +937,25 @@ fn names_match_under_rfc5280() {
         name_der(&[&[(CN, UTF8, "a")]])
     ));
     // A multi-valued RDN is a set: any order.
-    let multi = name_der(&[&[(CN, PRINTABLE, "x"), (O, PRINTABLE, "y"), (C, PRINTABLE, "TW")]]);
+    let multi = name_der(&[&[
+        (CN, PRINTABLE, "x"),
+        (O, PRINTABLE, "y"),
+        (C, PRINTABLE, "TW"),
+    ]]);
     assert!(same(
         multi.clone(),
-        name_der(&[&[(C, PRINTABLE, "TW"), (CN, PRINTABLE, "x"), (O, PRINTABLE, "y")]])
+        name_der(&[&[
+            (C, PRINTABLE, "TW"),
+            (CN, PRINTABLE, "x"),
+            (O, PRINTABLE, "y")
+        ]])
     ));
     assert!(!same(
         multi,
-        name_der(&[&[(C, PRINTABLE, "TW"), (CN, PRINTABLE, "x"), (CN, PRINTABLE, "y")]])
+        name_der(&[&[
+            (C, PRINTABLE, "TW"),
+            (CN, PRINTABLE, "x"),
+            (CN, PRINTABLE, "y")
+        ]])
     ));
 }

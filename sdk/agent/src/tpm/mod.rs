@@ -212,8 +212,8 @@ impl Tpm {
             )
             .map_err(cmd("reading the EK certificate from NV"))?;
             // The index is sized for the largest certificate: real TPMs fill the rest (0xFF).
-            let ek_certificate = gatehouse_tpm::nv_certificate(&nv)
-                .map_or(nv.clone(), <[u8]>::to_vec);
+            let ek_certificate =
+                gatehouse_tpm::nv_certificate(&nv).map_or(nv.clone(), <[u8]>::to_vec);
             let ek_chain = ek_chain(ctx);
             let (ak, ak_public) = create_ak(ctx)?;
             flush(ctx, ak);
