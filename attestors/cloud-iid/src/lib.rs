@@ -250,7 +250,7 @@ fn aws_identity(
     let malformed = || refuse(reason::MALFORMED_EVIDENCE);
     let signature = evidence.signature.as_deref().ok_or_else(malformed)?;
     let der = decode_base64_text(signature).ok_or_else(malformed)?;
-    let content = if pkcs7::is_content_info(&der) {
+    let content = if pkcs7::is_ber_element(&der) {
         pkcs7::verify(
             &der,
             Some(evidence.document.as_bytes()),

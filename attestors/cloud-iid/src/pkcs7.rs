@@ -65,10 +65,11 @@ pub struct Verified {
     pub signer: Certificate,
 }
 
-/// Whether `der` is a PKCS#7 ContentInfo at all (its outer structure parses), as opposed to a
-/// bare signature.
-pub fn is_content_info(der: &[u8]) -> bool {
-    ber_to_der(der).is_some_and(|der| ContentInfo::from_der(&der).is_ok())
+/// Whether `bytes` are one whole BER/DER element (what a PKCS#7 is, well formed or not), as
+/// opposed to a bare signature, whose bytes are random: one of them parsing as a complete
+/// element of exactly its length is vanishingly unlikely.
+pub fn is_ber_element(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&0x30) && ber_to_der(bytes).is_some()
 }
 
 /// Verifies `signed_data` (DER or BER) and returns the content it signs (its encapsulated

@@ -285,7 +285,7 @@ fn provision_nv(sw: &Swtpm, index: u32, data: &[u8]) {
         .open(ctx)?;
         writer
             .write_all(data)
-            .map_err(|_| tss_esapi::Error::local_error(tss_esapi::WrapperErrorKind::InternalError))
+            .map_err(|_| tss_esapi::Error::WrapperError(tss_esapi::WrapperErrorKind::InternalError))
     })
     .unwrap();
 }
