@@ -297,12 +297,14 @@ fn enrollment_sends_the_chain_certificates_found_in_nv() {
     let inter = ca.intermediate_der().unwrap();
     let root_pem = ca.root_pem().unwrap();
     let (_, root) = x509_parser::pem::parse_x509_pem(root_pem.as_bytes()).unwrap();
-    // Intel PTT's layout: the chain certificates back to back from 0x01c00100, the index
-    // sized larger than they are and filled with 0xFF.
-    let mut nv = inter.clone();
-    nv.extend(&root.contents);
-    nv.extend([0xff; 64]);
-    provision_nv(&sw, *EK_CHAIN_NV_INDICES.start(), &nv);
+    // The chain indices from 0x01c00100, each sized larger than its certificate and filled
+    // with 0xFF (an index holds at most 2 KiB on swtpm, so one certificate each here).
+    let first = *EK_CHAIN_NV_INDICES.start();
+    for (index, cert) in [(first + 1, &root.contents), (first, &inter)] {
+        let mut nv = cert.clone();
+        nv.extend([0xff; 64]);
+        provision_nv(&sw, index, &nv);
+    }
     let e = sw.open().unwrap().enrollment().unwrap();
     assert_eq!(e.ek_chain, vec![inter, root.contents]);
     // And the EK certificate, cut at its DER length, is exactly one certificate.
