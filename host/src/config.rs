@@ -211,6 +211,12 @@ pub struct AttestorSection {
     /// component, or a file replacing a built-in) only when this says `true`.
     #[serde(default)]
     pub reclaim: Option<bool>,
+    /// Configuration keys whose value is read from files when the host starts: each key
+    /// names a file (the value is a one-string array of its text) or a directory (one string
+    /// per file in it, by name, dot files skipped), e.g. `ekRoots = "/etc/gatehouse/tpm-roots"`
+    /// for a vendor trust bundle. A key may not also be in `config`.
+    #[serde(default)]
+    pub files: BTreeMap<String, PathBuf>,
 }
 
 impl Config {
@@ -221,6 +227,50 @@ impl Config {
             .filter_map(|(id, section)| section.reclaim.map(|r| (id.clone(), r)))
             .collect()
     }
+}
+
+/// Most files one `[attestors.<id>.files]` directory may hold.
+const MAX_CONFIG_FILES: usize = 4096;
+/// Most bytes all of one attestor's `files` may hold.
+const MAX_CONFIG_FILE_BYTES: u64 = 64 << 20;
+
+/// The text of `path` (a file: one string; a directory: one per file, sorted by name), with
+/// `budget` bytes left of [`MAX_CONFIG_FILE_BYTES`].
+fn read_config_values(path: &Path, budget: &mut u64) -> Result<Vec<String>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let files = if meta.is_dir() {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| e.to_string())? {
+            let entry = entry.map_err(|e| e.to_string())?;
+            let hidden = entry.file_name().to_string_lossy().starts_with('.');
+            if !hidden && entry.file_type().map_err(|e| e.to_string())?.is_file() {
+                files.push(entry.path());
+            }
+            if files.len() > MAX_CONFIG_FILES {
+                return Err(format!("more than {MAX_CONFIG_FILES} files"));
+            }
+        }
+        files.sort();
+        files
+    } else {
+        vec![path.to_owned()]
+    };
+    files
+        .iter()
+        .map(|file| {
+            let len = std::fs::metadata(file).map_err(|e| e.to_string())?.len();
+            *budget = budget
+                .checked_sub(len)
+                .ok_or_else(|| format!("more than {MAX_CONFIG_FILE_BYTES} bytes in all"))?;
+            let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            String::from_utf8(bytes).map_err(|_| {
+                format!(
+                    "{}: not UTF-8 text (convert DER with `openssl x509 -inform DER`)",
+                    file.display()
+                )
+            })
+        })
+        .collect()
 }
 
 fn default_listen() -> String {
@@ -240,12 +290,44 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        let config: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        let mut config: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.to_owned(),
             source,
         })?;
         config.validate()?;
+        config.read_files()?;
         Ok(config)
+    }
+
+    /// Reads every `[attestors.<id>.files]` entry into that attestor's configuration.
+    fn read_files(&mut self) -> Result<(), ConfigError> {
+        let data_dir = self.data_dir.clone();
+        for (id, section) in &mut self.attestors {
+            let mut budget = MAX_CONFIG_FILE_BYTES;
+            for (key, path) in std::mem::take(&mut section.files) {
+                let path = if path.is_absolute() {
+                    path
+                } else {
+                    data_dir.join(path)
+                };
+                let invalid = |why: String| {
+                    ConfigError::Invalid(format!(
+                        "attestors.{id}.files.{key} ({}): {why}",
+                        path.display()
+                    ))
+                };
+                let values = read_config_values(&path, &mut budget).map_err(invalid)?;
+                let table = section.config.get_or_insert_with(toml::Table::new);
+                if table.contains_key(&key) {
+                    return Err(invalid(format!(
+                        "{key} is also set in attestors.{id}.config"
+                    )));
+                }
+                let values = values.into_iter().map(toml::Value::String).collect();
+                table.insert(key, toml::Value::Array(values));
+            }
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -448,5 +530,55 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn attestor_config_values_from_a_file_or_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = dir.path().join("roots");
+        std::fs::create_dir(&roots).unwrap();
+        std::fs::write(roots.join("b.pem"), "# second\nB").unwrap();
+        std::fs::write(roots.join("a.pem"), "A").unwrap();
+        std::fs::write(roots.join(".hidden"), "x").unwrap();
+        std::fs::write(dir.path().join("one.pem"), "ONE").unwrap();
+        let config = dir.path().join("gatehouse.toml");
+        let write = |extra: &str| {
+            std::fs::write(
+                &config,
+                format!(
+                    "data_dir = {:?}\n[tls]\ncert = \"c\"\nkey = \"k\"\n{extra}",
+                    dir.path()
+                ),
+            )
+            .unwrap();
+        };
+        write("[attestors.tpm.files]\nekRoots = \"roots\"\nother = \"one.pem\"\n");
+        let c = Config::load(&config).unwrap();
+        let tpm = &c.runtime().attestors["tpm"].config;
+        assert_eq!(tpm["ekRoots"], serde_json::json!(["A", "# second\nB"]));
+        assert_eq!(tpm["other"], serde_json::json!(["ONE"]));
+        // A key both inline and from a file, a missing path, binary content: refused, naming it.
+        write("[attestors.tpm.config]\nekRoots = []\n[attestors.tpm.files]\nekRoots = \"roots\"\n");
+        assert!(
+            Config::load(&config)
+                .unwrap_err()
+                .to_string()
+                .contains("also set")
+        );
+        write("[attestors.tpm.files]\nekRoots = \"nowhere\"\n");
+        assert!(
+            Config::load(&config)
+                .unwrap_err()
+                .to_string()
+                .contains("attestors.tpm.files.ekRoots")
+        );
+        std::fs::write(roots.join("c.der"), [0x30, 0x82, 0xff, 0xfe]).unwrap();
+        write("[attestors.tpm.files]\nekRoots = \"roots\"\n");
+        assert!(
+            Config::load(&config)
+                .unwrap_err()
+                .to_string()
+                .contains("not UTF-8")
+        );
     }
 }

@@ -17,6 +17,7 @@ mod nodes;
 mod policy;
 mod pools;
 mod provisioned;
+mod real_vectors;
 mod renew;
 mod response;
 mod sandbox;

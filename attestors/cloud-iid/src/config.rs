@@ -49,9 +49,32 @@ struct RawProviders {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawSigned {
+    /// AWS: the regions' RSA-2048 certificates (`/rsa2048`); Azure: the CAs of IMDS's signer.
     certificates: String,
     max_age_ms: Option<u64>,
+    /// AWS only: the regions' RSA certificates for the bare `/signature` (RSA-1024 keys).
+    signature_certificates: Option<String>,
+    /// Azure only: the DNS names (or `.suffix`es) the signer certificate must carry.
+    signer_names: Option<Vec<String>>,
+    /// Azure only: `none` (the default) or `csr`.
+    nonce: Option<String>,
 }
+
+/// The names Azure IMDS signs attested data as (public cloud, US Gov, China, Germany):
+/// `metadata.azure.com` and its regional `<region>.metadata.azure.com`, and so on.
+pub const AZURE_SIGNER_NAMES: [&str; 8] = [
+    "metadata.azure.com",
+    ".metadata.azure.com",
+    "metadata.azure.us",
+    ".metadata.azure.us",
+    "metadata.azure.cn",
+    ".metadata.azure.cn",
+    "metadata.microsoftazure.de",
+    ".metadata.microsoftazure.de",
+];
+
+/// Most bits of an RSA key accepted for AWS's bare `/signature`; fewest.
+pub const SIGNATURE_RSA_BITS: std::ops::RangeInclusive<usize> = 1024..=4096;
 
 /// gcp / oidc: JWTs.
 #[derive(Deserialize)]
@@ -84,6 +107,25 @@ pub struct Signed {
     pub trusted: Trusted,
     /// How old a document may be, ms.
     pub max_age_ms: i64,
+    /// AWS: the RSA public keys (PKCS#1 `RSAPublicKey` DER) that verify a bare `/signature`;
+    /// empty when it is not accepted.
+    pub signature_keys: Vec<Vec<u8>>,
+    /// Azure: the DNS names the signer certificate must carry one of (an entry starting with
+    /// `.` matches any name ending with it); empty for AWS.
+    pub signer_names: Vec<String>,
+    /// Azure: whether the document's nonce must be the one derived from the node key.
+    pub nonce: NonceCheck,
+}
+
+/// Whether Azure's attested data must carry a nonce bound to the join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NonceCheck {
+    /// Any nonce (IMDS puts the request time there when the VM asks for none).
+    #[default]
+    None,
+    /// [`gatehouse_proto::cloud_iid::azure_nonce`] of the CSR's key: the document was fetched
+    /// for this node key, so one copied off the VM does not join another key.
+    Csr,
 }
 
 /// A provider whose documents are JWTs (GCP, OIDC).
@@ -165,10 +207,39 @@ impl Config {
         age(Some(max_age), max_age, "")?;
         let signed = |raw: Option<RawSigned>, name: &str| -> Result<Option<Signed>, String> {
             raw.map(|r| {
+                let bad = |e: String| format!("invalid configuration: providers.{name}.{e}");
+                let aws = name == "aws";
+                if aws && (r.signer_names.is_some() || r.nonce.is_some()) {
+                    return Err(bad("signerNames and nonce are Azure's".into()));
+                }
+                if !aws && r.signature_certificates.is_some() {
+                    return Err(bad("signatureCertificates is AWS's".into()));
+                }
+                let signature_keys = match &r.signature_certificates {
+                    Some(pem) => signature_keys(pem).map_err(bad)?,
+                    None => Vec::new(),
+                };
+                let signer_names = match r.signer_names {
+                    _ if aws => Vec::new(),
+                    None => AZURE_SIGNER_NAMES.iter().map(|n| (*n).to_owned()).collect(),
+                    Some(names) if names.is_empty() || names.iter().any(|n| n.len() < 2) => {
+                        return Err(bad("signerNames: empty list or name".into()));
+                    }
+                    Some(names) => names.iter().map(|n| n.to_ascii_lowercase()).collect(),
+                };
+                let nonce = match r.nonce.as_deref() {
+                    None | Some("none") => NonceCheck::None,
+                    Some("csr") => NonceCheck::Csr,
+                    Some(other) => {
+                        return Err(bad(format!("nonce {other:?} is not none or csr")));
+                    }
+                };
                 Ok(Signed {
-                    trusted: Trusted::from_pem(&r.certificates)
-                        .map_err(|e| format!("invalid configuration: providers.{name}.{e}"))?,
+                    trusted: Trusted::from_pem(&r.certificates).map_err(bad)?,
                     max_age_ms: age(r.max_age_ms, max_age, &format!("providers.{name}."))?,
+                    signature_keys,
+                    signer_names,
+                    nonce,
                 })
             })
             .transpose()
@@ -275,4 +346,27 @@ impl Config {
             resolve,
         })
     }
+}
+
+/// The RSA public keys (PKCS#1 DER) of the PEM certificates for AWS's `/signature`.
+fn signature_keys(pem: &str) -> Result<Vec<Vec<u8>>, String> {
+    use pkcs1::DecodeRsaPublicKey as _;
+    let trusted = Trusted::from_pem(pem).map_err(|e| format!("signatureCertificates: {e}"))?;
+    trusted
+        .certs
+        .iter()
+        .map(|der| {
+            let key = crate::pkcs7::rsa_public_key(der)
+                .ok_or("signatureCertificates: not an RSA certificate")?;
+            let parsed = rsa::RsaPublicKey::from_pkcs1_der(&key)
+                .map_err(|_| "signatureCertificates: not an RSA key")?;
+            let bits = rsa::traits::PublicKeyParts::size(&parsed) * 8;
+            if !SIGNATURE_RSA_BITS.contains(&bits) {
+                return Err(format!(
+                    "signatureCertificates: a {bits}-bit key (1024 to 4096 bits are accepted)"
+                ));
+            }
+            Ok(key)
+        })
+        .collect()
 }

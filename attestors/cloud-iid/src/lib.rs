@@ -43,8 +43,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub use config::{
-    Config, DEFAULT_MAX_AGE_MS, Entry, GOOGLE_ISSUER, MAX_MAX_AGE_MS, MIN_MAX_AGE_MS, Signed,
-    Tokens,
+    AZURE_SIGNER_NAMES, Config, DEFAULT_MAX_AGE_MS, Entry, GOOGLE_ISSUER, MAX_MAX_AGE_MS,
+    MIN_MAX_AGE_MS, NonceCheck, SIGNATURE_RSA_BITS, Signed, Tokens,
 };
 
 /// The reason codes this attestor refuses with, besides the SDK's shared ones
@@ -74,6 +74,15 @@ pub mod codes {
     /// The document lacks a claim the identity or its freshness is read from, or it is not
     /// of the expected form.
     pub const MISSING_CLAIM: &str = "missing-claim";
+    /// The signature uses SHA-1 or DSA: AWS's legacy `/pkcs7` (DSA-1024 with SHA-1), refused on
+    /// purpose. The machine must send `/rsa2048` (or `/signature`) instead.
+    pub const LEGACY_ALGORITHM: &str = "legacy-algorithm";
+    /// Azure: the document's `nonce` is not the one derived from the join's CSR
+    /// (`providers.azure.nonce = "csr"`).
+    pub const NONCE_MISMATCH: &str = "nonce-mismatch";
+    /// AWS: a bare `/signature` arrived and `providers.aws.signatureCertificates` is not
+    /// configured (its RSA-1024 signatures are accepted only when the operator names the keys).
+    pub const SIGNATURE_NOT_ENABLED: &str = "signature-not-enabled";
 }
 
 /// The clock skew tolerated for a document dated in the future, ms.
@@ -149,7 +158,7 @@ impl CloudIid {
             return Err(refuse(reason::MALFORMED_EVIDENCE));
         }
         let now = cx.tx.now();
-        let identity = self.identify(cx, &evidence, now)?;
+        let identity = self.identify(cx, request, &evidence, now)?;
 
         let entry = self
             .config
@@ -184,6 +193,7 @@ impl CloudIid {
     fn identify(
         &self,
         cx: &Context<'_>,
+        request: &JoinRequest,
         evidence: &CloudIidEvidence,
         now: TimestampMs,
     ) -> Result<Identity, Refusal> {
@@ -198,7 +208,7 @@ impl CloudIid {
             }
             Provider::Azure => {
                 let azure = self.config.azure.as_ref().ok_or_else(unknown)?;
-                azure_identity(cx, azure, &evidence.document, now)
+                azure_identity(cx, azure, &evidence.document, &request.csr_spki_sha256, now)
             }
             Provider::Gcp => {
                 let gcp = self.config.gcp.as_ref().ok_or_else(unknown)?;
@@ -221,6 +231,16 @@ struct AwsDocument {
     pending_time: String,
 }
 
+/// AWS: the document with one of its two accepted signatures, told apart by their form:
+///
+/// - `/rsa2048`: PKCS#7 SignedData (SHA-256, RSA-2048) by the region's RSA-2048 certificate
+///   (`providers.aws.certificates`), the document encapsulated (it must equal `document`);
+/// - `/signature`: a bare RSASSA-PKCS1-v1_5 SHA-256 signature over `document` by the region's
+///   RSA certificate, whose key is RSA-1024: accepted only when
+///   `providers.aws.signatureCertificates` names those certificates (else
+///   [`codes::SIGNATURE_NOT_ENABLED`]), and verified in the component because the host's
+///   `crypto` import refuses RSA keys under 2048 bits for everyone;
+/// - the legacy `/pkcs7` (DSA with SHA-1) is refused [`codes::LEGACY_ALGORITHM`].
 fn aws_identity(
     cx: &Context<'_>,
     aws: &Signed,
@@ -230,13 +250,29 @@ fn aws_identity(
     let malformed = || refuse(reason::MALFORMED_EVIDENCE);
     let signature = evidence.signature.as_deref().ok_or_else(malformed)?;
     let der = decode_base64_text(signature).ok_or_else(malformed)?;
-    let content = pkcs7::verify(
-        &der,
-        Some(evidence.document.as_bytes()),
-        &aws.trusted,
-        now,
-        cx.crypto,
-    )?;
+    let content = if pkcs7::is_ber_element(&der) {
+        pkcs7::verify(
+            &der,
+            Some(evidence.document.as_bytes()),
+            &aws.trusted,
+            now,
+            cx.crypto,
+        )?
+        .content
+    } else {
+        if aws.signature_keys.is_empty() {
+            return Err(refuse(codes::SIGNATURE_NOT_ENABLED));
+        }
+        let digest = cx.crypto.sha256(evidence.document.as_bytes());
+        if !aws
+            .signature_keys
+            .iter()
+            .any(|key| legacy_rsa_verify(key, &digest, &der))
+        {
+            return Err(refuse(codes::BAD_SIGNATURE));
+        }
+        evidence.document.as_bytes().to_vec()
+    };
     let document: AwsDocument =
         serde_json::from_slice(&content).map_err(|_| refuse(codes::MISSING_CLAIM))?;
     // AWS serves the same document for the instance's whole life: its age is the time since
@@ -247,6 +283,17 @@ fn aws_identity(
     identity(Provider::Aws, document.account_id, document.instance_id)
 }
 
+/// RSASSA-PKCS1-v1_5 with SHA-256 of `digest` under the PKCS#1 key `key`, any size in
+/// [`config::SIGNATURE_RSA_BITS`] (checked when the configuration loaded).
+fn legacy_rsa_verify(key: &[u8], digest: &[u8], signature: &[u8]) -> bool {
+    use pkcs1::DecodeRsaPublicKey as _;
+    let Ok(key) = rsa::RsaPublicKey::from_pkcs1_der(key) else {
+        return false;
+    };
+    key.verify(rsa::Pkcs1v15Sign::new::<sha2::Sha256>(), digest, signature)
+        .is_ok()
+}
+
 /// The parts of Azure attested data the attestor reads.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -254,6 +301,8 @@ struct AzureDocument {
     subscription_id: String,
     vm_id: String,
     time_stamp: AzureTimeStamp,
+    #[serde(default)]
+    nonce: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -263,16 +312,39 @@ struct AzureTimeStamp {
     expires_on: String,
 }
 
+/// Azure: the attested data's PKCS#7, whose signer certificate chains to a configured CA and
+/// is IMDS's (a DNS name in `signerNames`: the Microsoft CAs issue certificates for many other
+/// services too); with `nonce = "csr"`, the nonce the VM asked IMDS for is the node key's.
 fn azure_identity(
     cx: &Context<'_>,
     azure: &Signed,
     document: &str,
+    node_key_sha256: &[u8],
     now: TimestampMs,
 ) -> Result<Identity, Refusal> {
     let der = decode_base64_text(document).ok_or_else(|| refuse(reason::MALFORMED_EVIDENCE))?;
-    let content = pkcs7::verify(&der, None, &azure.trusted, now, cx.crypto)?;
+    let verified = pkcs7::verify(&der, None, &azure.trusted, now, cx.crypto)?;
+    let names = pkcs7::dns_names(&verified.signer);
+    let allowed = |name: &String| {
+        azure.signer_names.iter().any(|want| {
+            if want.starts_with('.') {
+                name.ends_with(want.as_str())
+            } else {
+                name == want
+            }
+        })
+    };
+    if !names.iter().any(allowed) {
+        return Err(refuse(codes::UNTRUSTED_SIGNER));
+    }
     let document: AzureDocument =
-        serde_json::from_slice(&content).map_err(|_| refuse(codes::MISSING_CLAIM))?;
+        serde_json::from_slice(&verified.content).map_err(|_| refuse(codes::MISSING_CLAIM))?;
+    if azure.nonce == NonceCheck::Csr
+        && document.nonce.as_deref()
+            != Some(gatehouse_proto::cloud_iid::azure_nonce(node_key_sha256).as_str())
+    {
+        return Err(refuse(codes::NONCE_MISMATCH));
+    }
     let created = parse_azure_time(&document.time_stamp.created_on)
         .ok_or_else(|| refuse(codes::MISSING_CLAIM))?;
     let expires = parse_azure_time(&document.time_stamp.expires_on)

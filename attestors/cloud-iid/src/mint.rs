@@ -292,9 +292,19 @@ pub fn aws_document(account: &str, instance: &str, pending_ms: i64) -> String {
 
 /// Azure attested data, created at `created_ms` and expiring 6 hours later.
 pub fn azure_document(subscription: &str, vm: &str, created_ms: i64) -> String {
+    azure_document_with_nonce(subscription, vm, created_ms, "20181128-001617")
+}
+
+/// [`azure_document`] with the nonce the VM asked for.
+pub fn azure_document_with_nonce(
+    subscription: &str,
+    vm: &str,
+    created_ms: i64,
+    nonce: &str,
+) -> String {
     json!({
         "licenseType": "",
-        "nonce": "20181128-001617",
+        "nonce": nonce,
         "plan": { "name": "", "product": "", "publisher": "" },
         "sku": "22_04-lts-gen2",
         "subscriptionId": subscription,
@@ -369,7 +379,10 @@ impl Providers {
             "maxAgeMs": max_age_ms,
             "providers": {
                 "aws": { "certificates": pem(&[&self.aws_cert]) },
-                "azure": { "certificates": pem(&[&self.azure_ca]) },
+                "azure": {
+                    "certificates": pem(&[&self.azure_ca]),
+                    "signerNames": ["metadata.azure.test"],
+                },
                 "gcp": {
                     "audience": AUDIENCE,
                     "jwks": jwks(&[rsa_jwk(&self.gcp_key, "gcp-1")]).to_string(),
@@ -398,7 +411,18 @@ impl Providers {
 
     /// Azure evidence for (`subscription`, `vm`) created at `made_ms`.
     pub fn azure(&self, subscription: &str, vm: &str, made_ms: i64) -> CloudIidEvidence {
-        let document = azure_document(subscription, vm, made_ms);
+        self.azure_with_nonce(subscription, vm, made_ms, "20181128-001617")
+    }
+
+    /// [`Providers::azure`] with the nonce the VM asked IMDS for.
+    pub fn azure_with_nonce(
+        &self,
+        subscription: &str,
+        vm: &str,
+        made_ms: i64,
+        nonce: &str,
+    ) -> CloudIidEvidence {
+        let document = azure_document_with_nonce(subscription, vm, made_ms, nonce);
         let signed = pkcs7(
             document.as_bytes(),
             &self.azure_key,

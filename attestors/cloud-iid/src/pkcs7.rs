@@ -47,20 +47,50 @@ impl Trusted {
     }
 }
 
-/// Verifies `signed_data` (DER or BER) and returns the content it signs: its encapsulated
-/// content, or `detached` when it carries none (when it carries both, they must be equal).
+/// sha1 (1.3.14.3.2.26): the digest of AWS's legacy `/pkcs7`.
+const SHA1: der::asn1::ObjectIdentifier = der::asn1::ObjectIdentifier::new_unwrap("1.3.14.3.2.26");
+/// id-dsa (1.2.840.10040.4.1) and id-dsa-with-sha1 (1.2.840.10040.4.3).
+const DSA: der::asn1::ObjectIdentifier =
+    der::asn1::ObjectIdentifier::new_unwrap("1.2.840.10040.4.1");
+const DSA_WITH_SHA1: der::asn1::ObjectIdentifier =
+    der::asn1::ObjectIdentifier::new_unwrap("1.2.840.10040.4.3");
+
+/// What a verified SignedData yields.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The signed content.
+    pub content: Vec<u8>,
+    /// The certificate whose key verified the signature (configured, or embedded and chained to
+    /// a configured one).
+    pub signer: Certificate,
+}
+
+/// Whether `bytes` are one whole BER/DER element (what a PKCS#7 is, well formed or not), as
+/// opposed to a bare signature, whose bytes are random: one of them parsing as a complete
+/// element of exactly its length is vanishingly unlikely.
+pub fn is_ber_element(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&0x30) && ber_to_der(bytes).is_some()
+}
+
+/// Verifies `signed_data` (DER or BER) and returns the content it signs (its encapsulated
+/// content, or `detached` when it carries none; when it carries both, they must be equal) and
+/// the signer's certificate.
 ///
-/// Refusals: `malformed-evidence` when it does not parse or is not one SHA-256 signer
-/// with its content type and digest attributes, [`codes::BAD_ALGORITHM`] for a signature
-/// algorithm other than RSA PKCS#1 v1.5 / ECDSA P-256 with SHA-256, [`codes::UNTRUSTED_SIGNER`]
-/// when no configured certificate is, or issued, the signer's, [`codes::BAD_SIGNATURE`].
+/// The digest algorithm must be SHA-256, written as id-sha256 or, as Azure writes it (and
+/// OpenSSL and Go's pkcs7 accept), as sha256WithRSAEncryption with an RSA signature.
+///
+/// Refusals: `malformed-evidence` when it does not parse or is not one signer with its
+/// content type and digest attributes, [`codes::LEGACY_ALGORITHM`] for SHA-1 or DSA (AWS's
+/// `/pkcs7`), [`codes::BAD_ALGORITHM`] for any other digest or signature algorithm than RSA
+/// PKCS#1 v1.5 / ECDSA P-256 with SHA-256, [`codes::UNTRUSTED_SIGNER`] when no configured
+/// certificate is, or issued, the signer's, [`codes::BAD_SIGNATURE`].
 pub fn verify(
     signed_data: &[u8],
     detached: Option<&[u8]>,
     trusted: &Trusted,
     at: TimestampMs,
     crypto: &dyn Crypto,
-) -> Result<Vec<u8>, Refusal> {
+) -> Result<Verified, Refusal> {
     let malformed = || refuse(reason::MALFORMED_EVIDENCE);
     if signed_data.len() > MAX_LEN {
         return Err(malformed());
@@ -89,15 +119,25 @@ pub fn verify(
     let (Some(signer), None) = (signers.next(), signers.next()) else {
         return Err(malformed());
     };
-    if signer.digest_alg.oid != rfc5912::ID_SHA_256 {
+    let (digest, signature) = (signer.digest_alg.oid, signer.signature_algorithm.oid);
+    if digest == SHA1 || signature == DSA || signature == DSA_WITH_SHA1 {
+        return Err(refuse(codes::LEGACY_ALGORITHM));
+    }
+    let rsa = matches!(
+        signature,
+        rfc5912::RSA_ENCRYPTION | rfc5912::SHA_256_WITH_RSA_ENCRYPTION
+    );
+    let sha256 =
+        digest == rfc5912::ID_SHA_256 || (rsa && digest == rfc5912::SHA_256_WITH_RSA_ENCRYPTION);
+    if !sha256 {
         return Err(refuse(codes::BAD_ALGORITHM));
     }
-    let scheme = match signer.signature_algorithm.oid {
-        rfc5912::RSA_ENCRYPTION | rfc5912::SHA_256_WITH_RSA_ENCRYPTION => {
-            SignatureScheme::RsaPkcs1Sha256
-        }
-        rfc5912::ECDSA_WITH_SHA_256 => SignatureScheme::EcdsaP256Sha256Der,
-        _ => return Err(refuse(codes::BAD_ALGORITHM)),
+    let scheme = if rsa {
+        SignatureScheme::RsaPkcs1Sha256
+    } else if signature == rfc5912::ECDSA_WITH_SHA_256 {
+        SignatureScheme::EcdsaP256Sha256Der
+    } else {
+        return Err(refuse(codes::BAD_ALGORITHM));
     };
 
     // What was signed: the DER of the signed attributes (as a SET OF), which must name the
@@ -148,11 +188,14 @@ pub fn verify(
     if embedded.len() > MAX_CERTS {
         return Err(malformed());
     }
-    let spki = signer_spki(&signer.sid, &embedded, trusted, at, crypto)?;
+    let (signer_cert, spki) = signer_spki(&signer.sid, &embedded, trusted, at, crypto)?;
     crypto
         .verify_signature(scheme, &spki, &message, signer.signature.as_bytes())
         .map_err(|_| refuse(codes::BAD_SIGNATURE))?;
-    Ok(content)
+    Ok(Verified {
+        content,
+        signer: signer_cert,
+    })
 }
 
 /// The signer's SubjectPublicKeyInfo: from a configured certificate the signer identifier
@@ -163,7 +206,7 @@ fn signer_spki(
     trusted: &Trusted,
     at: TimestampMs,
     crypto: &dyn Crypto,
-) -> Result<Vec<u8>, Refusal> {
+) -> Result<(Certificate, Vec<u8>), Refusal> {
     let untrusted = || refuse(codes::UNTRUSTED_SIGNER);
     let SignerIdentifier::IssuerAndSerialNumber(id) = sid else {
         return Err(untrusted());
@@ -177,11 +220,12 @@ fn signer_spki(
         if let Ok(cert) = Certificate::from_der(der)
             && names(&cert)
         {
-            return cert
+            let spki = cert
                 .tbs_certificate
                 .subject_public_key_info
                 .to_der()
-                .map_err(|_| untrusted());
+                .map_err(|_| untrusted())?;
+            return Ok((cert, spki));
         }
     }
     // Else the embedded signer certificate, which must chain to a configured one.
@@ -190,10 +234,55 @@ fn signer_spki(
     for cert in embedded.iter().filter(|c| !names(c)) {
         chain.push(cert.to_der().map_err(|_| untrusted())?);
     }
-    crypto
+    let spki = crypto
         .verify_chain(&chain, &trusted.certs, at)
         .map(|verified| verified.leaf_spki)
-        .map_err(|_| untrusted())
+        .map_err(|_| untrusted())?;
+    Ok((leaf.clone(), spki))
+}
+
+/// The PKCS#1 `RSAPublicKey` (DER) of an RSA certificate (`cert` DER); `None` for any other.
+pub fn rsa_public_key(cert: &[u8]) -> Option<Vec<u8>> {
+    let cert = Certificate::from_der(cert).ok()?;
+    let spki = &cert.tbs_certificate.subject_public_key_info;
+    if spki.algorithm.oid != rfc5912::RSA_ENCRYPTION {
+        return None;
+    }
+    spki.subject_public_key.as_bytes().map(<[u8]>::to_vec)
+}
+
+/// The DNS names a certificate is for, lowercase: its subjectAltName dNSNames or, when it has
+/// no subjectAltName extension, its subject's common names (RFC 6125 6.4.4).
+pub fn dns_names(cert: &Certificate) -> Vec<String> {
+    use x509_cert::ext::pkix::SubjectAltName;
+    use x509_cert::ext::pkix::name::GeneralName;
+    match cert.tbs_certificate.get::<SubjectAltName>() {
+        Ok(Some((_, san))) => san
+            .0
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::DnsName(dns) => Some(dns.as_str().to_ascii_lowercase()),
+                _ => None,
+            })
+            .collect(),
+        Ok(None) => cert
+            .tbs_certificate
+            .subject
+            .0
+            .iter()
+            .flat_map(|rdn| rdn.0.iter())
+            .filter(|atv| atv.oid == const_oid::db::rfc4519::CN)
+            .filter(|atv| {
+                matches!(
+                    atv.value.tag(),
+                    Tag::Utf8String | Tag::PrintableString | Tag::Ia5String
+                )
+            })
+            .filter_map(|atv| std::str::from_utf8(atv.value.value()).ok())
+            .map(str::to_ascii_lowercase)
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Re-encodes BER as DER: indefinite lengths become definite, long-form lengths minimal, and

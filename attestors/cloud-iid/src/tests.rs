@@ -917,7 +917,9 @@ fn ber_signed_data_verifies_like_der() {
     assert_ne!(ber, der);
     assert_eq!(pkcs7::ber_to_der(&ber).as_deref(), Some(der.as_slice()));
     let trusted = pkcs7::Trusted::from_pem(&mint::pem(&[&k.aws_cert])).unwrap();
-    let content = pkcs7::verify(&ber, None, &trusted, NOW, &FakeCrypto).unwrap();
+    let content = pkcs7::verify(&ber, None, &trusted, NOW, &FakeCrypto)
+        .unwrap()
+        .content;
     assert_eq!(content, document.as_bytes());
 }
 
@@ -1059,7 +1061,88 @@ fn info_names_the_attestor() {
         codes::TOO_OLD,
         codes::NOT_YET_VALID,
         codes::MISSING_CLAIM,
+        codes::LEGACY_ALGORITHM,
+        codes::NONCE_MISMATCH,
+        codes::SIGNATURE_NOT_ENABLED,
     ] {
         assert!(reason::is_valid(code), "{code}");
     }
+}
+
+/// cloud-iid with Azure's nonce bound to the node key (`nonce = "csr"`).
+fn bound_azure() -> CloudIid {
+    let mut config = config_json(DEFAULT_MAX_AGE_MS);
+    config["providers"]["azure"]["nonce"] = json!("csr");
+    CloudIid::configure(&config.to_string()).unwrap()
+}
+
+#[test]
+fn azure_nonce_bound_to_the_node_key() {
+    let attestor = bound_azure();
+    // `request` carries csr_spki_sha256 = [0x22; 32].
+    let nonce = gatehouse_proto::cloud_iid::azure_nonce(&[0x22; 32]);
+    let good = keys().azure_with_nonce("acct-azure", "vm-n1", NOW - MINUTE, &nonce);
+    assert!(matches!(
+        run(&attestor, &FakeTx::new(), &request(mint::bytes(&good))),
+        Outcome::Admitted(_)
+    ));
+    let other_key = gatehouse_proto::cloud_iid::azure_nonce(&[0x23; 32]);
+    for nonce in [other_key.as_str(), "20181128-001617", ""] {
+        let bad = keys().azure_with_nonce("acct-azure", "vm-n2", NOW - MINUTE, nonce);
+        assert_eq!(
+            reason_of(run(&attestor, &FakeTx::new(), &request(mint::bytes(&bad)))),
+            codes::NONCE_MISMATCH,
+            "{nonce:?}"
+        );
+    }
+    // Without the setting, any nonce.
+    let any = keys().azure_with_nonce("acct-azure", "vm-n3", NOW - MINUTE, "x");
+    assert!(matches!(
+        verify_evidence(&FakeTx::new(), &any),
+        Outcome::Admitted(_)
+    ));
+}
+
+#[test]
+fn azure_signer_must_be_imds() {
+    let mut config = config_json(DEFAULT_MAX_AGE_MS);
+    config["providers"]["azure"]["signerNames"] = json!([".metadata.azure.com"]);
+    let attestor = CloudIid::configure(&config.to_string()).unwrap();
+    let evidence = keys().azure("acct-azure", "vm-s1", NOW - MINUTE);
+    assert_eq!(
+        reason_of(run(
+            &attestor,
+            &FakeTx::new(),
+            &request(mint::bytes(&evidence))
+        )),
+        codes::UNTRUSTED_SIGNER
+    );
+}
+
+#[test]
+fn provider_settings_belong_to_their_provider() {
+    let k = keys();
+    for (provider, key, value) in [
+        ("aws", "nonce", json!("csr")),
+        ("aws", "signerNames", json!(["metadata.azure.com"])),
+        (
+            "azure",
+            "signatureCertificates",
+            json!(mint::pem(&[&k.aws_cert])),
+        ),
+        ("azure", "nonce", json!("maybe")),
+        ("azure", "signerNames", json!([])),
+        ("aws", "signatureCertificates", json!("not pem")),
+    ] {
+        let mut config = config_json(DEFAULT_MAX_AGE_MS);
+        config["providers"][provider][key] = value;
+        assert!(
+            CloudIid::configure(&config.to_string()).is_err(),
+            "{provider}.{key}"
+        );
+    }
+    // An RSA-2048 certificate is accepted for /signature too (1024 to 4096 bits).
+    let mut config = config_json(DEFAULT_MAX_AGE_MS);
+    config["providers"]["aws"]["signatureCertificates"] = json!(mint::pem(&[&k.aws_cert]));
+    assert!(CloudIid::configure(&config.to_string()).is_ok());
 }

@@ -4,8 +4,9 @@ use base64::Engine as _;
 use gatehouse_sdk::TpmPcrValue;
 use serde::Deserialize;
 
-/// Most `ekRoots` entries.
-const MAX_ROOTS: usize = 64;
+/// Most `ekRoots` certificates, counted after every entry is split into its certificates: the
+/// host's `verify-ek` takes no more.
+const MAX_ROOTS: usize = gatehouse_sdk::MAX_EK_ROOTS;
 /// Most `allow` entries (a delivery manifest).
 const MAX_ALLOW: usize = 100_000;
 /// Most `pcrPolicy` entries.
@@ -104,17 +105,17 @@ pub(crate) struct Config {
 impl Config {
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let raw: Raw = gatehouse_sdk::config::parse(text)?;
-        if raw.ek_roots.len() > MAX_ROOTS {
-            return Err(format!(
-                "invalid configuration: ekRoots has more than {MAX_ROOTS} certificates"
-            ));
-        }
         let mut ek_roots = Vec::new();
         for (i, root) in raw.ek_roots.iter().enumerate() {
-            let ders = certificates(root).ok_or_else(|| {
-                format!("invalid configuration: ekRoots[{i}] is neither PEM nor base64 DER")
-            })?;
+            let ders = certificates(root)
+                .map_err(|why| format!("invalid configuration: ekRoots[{i}] {why}"))?;
             ek_roots.extend(ders);
+            if ek_roots.len() > MAX_ROOTS {
+                return Err(format!(
+                    "invalid configuration: ekRoots holds more than {MAX_ROOTS} certificates \
+                     (split the bundle, or keep only the vendors your machines use)"
+                ));
+            }
         }
         if raw.pcr_policy.len() > MAX_PCR_POLICY {
             return Err(format!(
@@ -198,34 +199,104 @@ impl Config {
 }
 
 /// The certificates (DER) of a PEM text (one or more CERTIFICATE blocks) or of standard
-/// base64 DER. Operator input, so a small hand-written PEM reader is enough: it only splits
-/// the blocks and decodes their base64 (the DER is parsed by the host's chain verification).
-fn certificates(text: &str) -> Option<Vec<Vec<u8>>> {
+/// base64 DER, or why not. Operator input, so a small hand-written PEM reader is enough: it
+/// only splits the blocks and decodes their base64 (the DER is parsed by the host's chain
+/// verification). Outside the blocks, blank lines and `#` comment lines are skipped (the
+/// format of published TPM trust bundles such as tpm-ca-certificates.pem); any other text is
+/// refused rather than guessed at.
+fn certificates(text: &str) -> Result<Vec<Vec<u8>>, String> {
     let engine = base64::engine::general_purpose::STANDARD;
     let text = text.trim();
-    if !text.starts_with("-----BEGIN") {
-        let der = engine.decode(text).ok()?;
-        return (!der.is_empty()).then(|| vec![der]);
+    if !text.contains("-----BEGIN") {
+        return match engine.decode(text) {
+            Ok(der) if !der.is_empty() => Ok(vec![der]),
+            _ => Err("is neither PEM nor base64 DER".into()),
+        };
     }
     let mut out = Vec::new();
     let mut body: Option<String> = None;
-    for line in text.lines().map(str::trim) {
+    for (n, line) in text.lines().map(str::trim).enumerate() {
+        let at = |what: &str| format!("line {}: {what}", n + 1);
         if line == "-----BEGIN CERTIFICATE-----" {
             if body.is_some() {
-                return None;
+                return Err(at("BEGIN inside a certificate"));
             }
             body = Some(String::new());
         } else if line == "-----END CERTIFICATE-----" {
-            let der = engine.decode(body.take()?).ok()?;
-            if der.is_empty() {
-                return None;
+            let b64 = body.take().ok_or_else(|| at("END outside a certificate"))?;
+            match engine.decode(b64) {
+                Ok(der) if !der.is_empty() => out.push(der),
+                _ => return Err(at("a certificate that is not base64")),
             }
-            out.push(der);
         } else if let Some(b) = body.as_mut() {
             b.push_str(line);
-        } else if !line.is_empty() {
-            return None;
+        } else if !line.is_empty() && !line.starts_with('#') {
+            return Err(at("text outside a certificate that is not a # comment"));
         }
     }
-    (body.is_none() && !out.is_empty()).then_some(out)
+    if body.is_some() {
+        return Err("a certificate has no END line".into());
+    }
+    if out.is_empty() {
+        return Err("holds no certificate".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// The vendors' published bundles (tests/vectors/tpm/ca, see its PROVENANCE.md): PEM
+    /// blocks, each under `#` comment lines naming it.
+    const ROOTS: &str = include_str!("../../../tests/vectors/tpm/ca/tpm-ca-certificates.pem");
+    const INTERMEDIATES: &str =
+        include_str!("../../../tests/vectors/tpm/ca/tpm-intermediate-ca-certificates.pem");
+
+    fn parse(ek_roots: &[&str]) -> Result<Config, String> {
+        Config::parse(&serde_json::json!({ "ekRoots": ek_roots }).to_string())
+    }
+
+    #[test]
+    fn a_published_trust_bundle_with_comments_loads_whole() {
+        let config = parse(&[ROOTS, INTERMEDIATES]).unwrap();
+        assert_eq!(config.ek_roots.len(), 26 + 143);
+        assert!(ROOTS.lines().any(|l| l.starts_with("# Certificate:")));
+    }
+
+    #[test]
+    fn more_roots_than_verify_ek_takes_refuse_to_load_and_say_why() {
+        let block = ROOTS
+            .split_inclusive("-----END CERTIFICATE-----\n")
+            .find(|b| b.contains("BEGIN"))
+            .unwrap();
+        let too_many = block.repeat(MAX_ROOTS + 1);
+        let err = parse(&[too_many.as_str()]).unwrap_err();
+        assert!(err.contains("more than 1024 certificates"), "{err}");
+        assert!(parse(&[block.repeat(MAX_ROOTS).as_str()]).is_ok());
+    }
+
+    #[test]
+    fn text_that_is_neither_comment_nor_certificate_is_refused_with_its_line() {
+        let with_text = format!("{ROOTS}\nnot a comment\n");
+        let err = parse(&[with_text.as_str()]).unwrap_err();
+        assert!(err.contains("ekRoots[0] line"), "{err}");
+        assert!(err.contains("not a # comment"), "{err}");
+        let unterminated = ROOTS
+            .trim_end()
+            .trim_end_matches("-----END CERTIFICATE-----");
+        assert!(parse(&[unterminated]).unwrap_err().contains("no END"));
+        assert!(
+            parse(&[
+                "# only a comment\n-----BEGIN CERTIFICATE-----\n%%\n-----END CERTIFICATE-----"
+            ])
+            .is_err()
+        );
+        assert!(
+            parse(&["%%%"])
+                .unwrap_err()
+                .contains("neither PEM nor base64")
+        );
+    }
 }

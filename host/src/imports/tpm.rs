@@ -9,9 +9,10 @@
 use super::{CallState, TxBackend};
 use crate::runtime::bindings::tpm::{Credential, Host, PcrValue, PublicInfo, TpmError};
 
-/// Most certificates `verify-ek` looks at besides the leaf, and most roots.
+/// Most certificates `verify-ek` looks at besides the leaf, and most roots (the tpm attestor's
+/// `ekRoots` refuses to load with more, so a configuration that loads never meets this).
 const MAX_INTERMEDIATES: usize = 6;
-const MAX_ROOTS: usize = 64;
+const MAX_ROOTS: usize = gatehouse_sdk::MAX_EK_ROOTS;
 
 impl<B: TxBackend> Host for CallState<B> {
     async fn parse_public(
@@ -313,6 +314,10 @@ pub mod native {
 
     /// Verifies that `certificate` chains through `intermediates` to one of `roots` at `at_ms`
     /// and certifies the key of `ek_public`.
+    ///
+    /// The certificate and intermediates may be given as their NV indices hold them: each is
+    /// cut at its DER length when only 0xFF or 0x00 fill follows (real TPMs pad the index), so
+    /// the agent can send what it read. Any other trailing byte is still refused.
     pub fn verify_ek(
         ek_public: &[u8],
         certificate: &[u8],
@@ -321,9 +326,10 @@ pub mod native {
         at_ms: i64,
     ) -> Result<Public, EkError> {
         let ek = Public::parse(ek_public).map_err(EkError::Tpm)?;
+        let cut = |nv: &[u8]| gatehouse_tpm::nv_certificate(nv).unwrap_or(nv).to_vec();
         let mut chain = Vec::with_capacity(1 + intermediates.len());
-        chain.push(certificate.to_vec());
-        chain.extend(intermediates.iter().cloned());
+        chain.push(cut(certificate));
+        chain.extend(intermediates.iter().map(|c| cut(c)));
         let verified = verify::verify_chain(&chain, roots, at_ms).map_err(EkError::Chain)?;
         if !same_key(&verified.leaf_spki, &ek.key) {
             return Err(EkError::KeyMismatch);

@@ -9,17 +9,22 @@
 
 use aws_lc_rs::digest;
 use aws_lc_rs::signature::{self, UnparsedPublicKey, VerificationAlgorithm};
+use x509_parser::asn1_rs::Tag;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::oid_registry::{
-    OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY, OID_NIST_EC_P384, OID_NIST_HASH_SHA256,
-    OID_NIST_HASH_SHA384, OID_NIST_HASH_SHA512, OID_PKCS1_RSAENCRYPTION, OID_PKCS1_RSASSAPSS,
-    OID_PKCS1_SHA256WITHRSA, OID_PKCS1_SHA384WITHRSA, OID_PKCS1_SHA512WITHRSA,
-    OID_SIG_ECDSA_WITH_SHA256, OID_SIG_ECDSA_WITH_SHA384, OID_SIG_ED25519,
+    OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY, OID_NIST_EC_P384, OID_NIST_EC_P521,
+    OID_NIST_HASH_SHA256, OID_NIST_HASH_SHA384, OID_NIST_HASH_SHA512, OID_PKCS1_RSAENCRYPTION,
+    OID_PKCS1_RSASSAPSS, OID_PKCS1_SHA256WITHRSA, OID_PKCS1_SHA384WITHRSA, OID_PKCS1_SHA512WITHRSA,
+    OID_SIG_ECDSA_WITH_SHA256, OID_SIG_ECDSA_WITH_SHA384, OID_SIG_ECDSA_WITH_SHA512,
+    OID_SIG_ED25519,
 };
 use x509_parser::prelude::FromDer;
 use x509_parser::public_key::RSAPublicKey;
 use x509_parser::signature_algorithm::RsaSsaPssParams;
-use x509_parser::x509::{AlgorithmIdentifier, SubjectPublicKeyInfo};
+use x509_parser::x509::{
+    AlgorithmIdentifier, AttributeTypeAndValue, RelativeDistinguishedName, SubjectPublicKeyInfo,
+    X509Name,
+};
 
 /// Largest SubjectPublicKeyInfo accepted (an RSA-8192 key is about 1.1 KiB).
 const MAX_SPKI_LEN: usize = 4 * 1024;
@@ -110,6 +115,9 @@ pub(super) enum KeyKind {
     P256,
     /// ECDSA on P-384.
     P384,
+    /// ECDSA on P-521: only as a certificate issuer (Nuvoton's `NPCTxxx ECC521 RootCA`, Infineon's
+    /// and STMicro's newer ECC roots), never as a [`Scheme`] key.
+    P521,
     /// RSA (rsaEncryption).
     Rsa,
     /// Ed25519.
@@ -121,6 +129,7 @@ impl KeyKind {
         match self {
             KeyKind::P256 => "P-256",
             KeyKind::P384 => "P-384",
+            KeyKind::P521 => "P-521",
             KeyKind::Rsa => "RSA",
             KeyKind::Ed25519 => "Ed25519",
         }
@@ -165,6 +174,8 @@ pub(super) fn classify_key<'a>(spki: &SubjectPublicKeyInfo<'a>) -> Result<Key<'a
             KeyKind::P256
         } else if curve == OID_NIST_EC_P384 {
             KeyKind::P384
+        } else if curve == OID_NIST_EC_P521 {
+            KeyKind::P521
         } else {
             return Err(VerifyError::UnsupportedKey(format!("EC curve {curve}")));
         }
@@ -408,12 +419,21 @@ fn certificate_algorithm(
         match issuer {
             KeyKind::P256 => &signature::ECDSA_P256_SHA256_ASN1,
             KeyKind::P384 => &signature::ECDSA_P384_SHA256_ASN1,
+            KeyKind::P521 => &signature::ECDSA_P521_SHA256_ASN1,
             _ => return Err(unsupported()),
         }
     } else if *oid == OID_SIG_ECDSA_WITH_SHA384 {
         match issuer {
             KeyKind::P256 => &signature::ECDSA_P256_SHA384_ASN1,
             KeyKind::P384 => &signature::ECDSA_P384_SHA384_ASN1,
+            KeyKind::P521 => &signature::ECDSA_P521_SHA384_ASN1,
+            _ => return Err(unsupported()),
+        }
+    } else if *oid == OID_SIG_ECDSA_WITH_SHA512 {
+        match issuer {
+            KeyKind::P256 => &signature::ECDSA_P256_SHA512_ASN1,
+            KeyKind::P384 => &signature::ECDSA_P384_SHA512_ASN1,
+            KeyKind::P521 => &signature::ECDSA_P521_SHA512_ASN1,
             _ => return Err(unsupported()),
         }
     } else if issuer == KeyKind::Rsa && *oid == OID_PKCS1_SHA256WITHRSA {
@@ -451,6 +471,72 @@ fn pss_algorithm(sig_alg: &AlgorithmIdentifier<'_>) -> Option<&'static dyn Verif
         return None;
     };
     (params.salt_length() == salt).then_some(alg)
+}
+
+/// Most attributes in one RDN compared as a set; a larger RDN matches only byte for byte, so a
+/// hostile name cannot make the comparison quadratic in its size.
+const MAX_RDN_ATTRIBUTES: usize = 16;
+
+/// Whether two distinguished names are the same name under RFC 5280 7.1: the same number of
+/// RDNs, each the same set of attributes (in any order), values compared with
+/// [`same_attribute`]. Byte-equal names match at once; vendors' CA hierarchies write one name
+/// in two encodings (STMicro's ECC intermediates name their root in UTF8String, the root
+/// writes itself in PrintableString) or put a whole name in one multi-valued RDN whose SET is
+/// not in DER order (Nuvoton TPM Root CA 2110).
+pub(crate) fn same_name(a: &X509Name<'_>, b: &X509Name<'_>) -> bool {
+    if a.as_raw() == b.as_raw() {
+        return true;
+    }
+    let mut left = a.iter_rdn();
+    let mut right = b.iter_rdn();
+    loop {
+        match (left.next(), right.next()) {
+            (None, None) => return true,
+            (Some(x), Some(y)) if same_rdn(x, y) => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Whether two RDNs hold the same set of attributes.
+fn same_rdn(a: &RelativeDistinguishedName<'_>, b: &RelativeDistinguishedName<'_>) -> bool {
+    let (count_a, count_b) = (a.iter().count(), b.iter().count());
+    if count_a != count_b {
+        return false;
+    }
+    if count_a > MAX_RDN_ATTRIBUTES {
+        return a.iter().zip(b.iter()).all(|(x, y)| x == y);
+    }
+    // Same size, and each attribute of one is in the other, and vice versa (duplicates).
+    a.iter().all(|x| b.iter().any(|y| same_attribute(x, y)))
+        && b.iter().all(|y| a.iter().any(|x| same_attribute(x, y)))
+}
+
+/// Whether two attributes are equal: the same type, and values that are the same string
+/// under caseIgnoreMatch with insignificant spaces removed (RFC 4518: leading and trailing
+/// spaces dropped, inner runs made one) when both are PrintableString or UTF8String, else the
+/// same tag and bytes.
+fn same_attribute(a: &AttributeTypeAndValue<'_>, b: &AttributeTypeAndValue<'_>) -> bool {
+    if a.attr_type() != b.attr_type() {
+        return false;
+    }
+    let (x, y) = (a.attr_value(), b.attr_value());
+    let text = |tag: Tag| matches!(tag, Tag::PrintableString | Tag::Utf8String);
+    if text(x.tag()) && text(y.tag()) {
+        return match (std::str::from_utf8(x.data), std::str::from_utf8(y.data)) {
+            (Ok(s), Ok(t)) => folded(s).eq(folded(t)),
+            _ => false,
+        };
+    }
+    x.tag() == y.tag() && x.data == y.data
+}
+
+/// A string's characters with case folded and insignificant spaces removed (RFC 4518 2.6.1).
+fn folded(s: &str) -> impl Iterator<Item = char> + '_ {
+    s.split_whitespace()
+        .enumerate()
+        .flat_map(|(i, word)| (i > 0).then_some(' ').into_iter().chain(word.chars()))
+        .flat_map(char::to_lowercase)
 }
 
 /// Checks that `issuer`'s key signed `subject`.
@@ -553,7 +639,7 @@ pub fn verify_chain(
                 (inter, Some(node))
             }
         };
-        if issuer.x509.subject().as_raw() != subject.x509.issuer().as_raw() {
+        if !same_name(issuer.x509.subject(), subject.x509.issuer()) {
             continue;
         }
         // Intermediates between the leaf and this issuer: the stack minus the leaf.

@@ -39,8 +39,8 @@ pub enum DocumentError {
         /// The one the evidence names.
         found: Provider,
     },
-    /// AWS needs the PKCS#7 signature beside the document.
-    #[error("an AWS document needs its PKCS#7 signature (--signature-file)")]
+    /// AWS needs the signature beside the document.
+    #[error("an AWS document needs its /rsa2048 signature (--signature-file)")]
     NoSignature,
     /// Only AWS documents come with a separate signature.
     #[error("only an AWS document takes a --signature-file")]
@@ -69,7 +69,8 @@ impl CloudIidProducer {
     /// - a file holding cloud-iid evidence JSON (`{"provider": …, "document": …}`) is sent as
     ///   it is (`provider`, if given, must agree);
     /// - otherwise `provider` says what the file is: `aws` the identity document, sent byte
-    ///   for byte, with `signature` the `/pkcs7` text; `azure` the `/metadata/attested/document`
+    ///   for byte, with `signature` the `/rsa2048` text (or `/signature` where the host
+    ///   enables it; never `/pkcs7`, DSA-SHA-1); `azure` the `/metadata/attested/document`
     ///   response JSON (its `signature` member is sent) or that member alone; `gcp` and `oidc`
     ///   the token (surrounding whitespace trimmed).
     pub fn from_files(

@@ -184,11 +184,13 @@ struct JoinArgs {
     /// cloud-iid evidence JSON, or what the metadata service returned (see --provider).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["token_file", "userdata"])]
     document_file: Option<PathBuf>,
-    /// Whose document --document-file holds: aws (the identity document; its /pkcs7 text in
+    /// Whose document --document-file holds: aws (the identity document; its /rsa2048 text in
     /// --signature-file), gcp or oidc (the token), azure (the attested document response).
     #[arg(long, value_name = "PROVIDER", requires = "document_file", value_parser = parse_provider)]
     provider: Option<Provider>,
-    /// AWS: the /latest/dynamic/instance-identity/pkcs7 text.
+    /// AWS: the /latest/dynamic/instance-identity/rsa2048 text (PKCS#7, SHA-256 with
+    /// RSA-2048), or /signature where the host enables it. Not /pkcs7: DSA with SHA-1, which
+    /// the host refuses (legacy-algorithm).
     #[arg(long, value_name = "FILE", requires = "document_file")]
     signature_file: Option<PathBuf>,
     /// The directory to write the identity to; it must not hold one yet.

@@ -209,6 +209,11 @@ pub trait Crypto {
     }
 }
 
+/// Most `roots` one [`Crypto::tpm_verify_ek`] call takes (the host's `verify-ek` refuses more),
+/// so an attestor's EK trust configuration and the host agree: a whole vendor trust bundle
+/// (about 170 roots and intermediates in 2026) fits several times over.
+pub const MAX_EK_ROOTS: usize = 1024;
+
 /// What a [`Crypto`] without TPM support answers.
 fn no_tpm() -> TpmError {
     TpmError::Unsupported("this Crypto implementation has no TPM support".into())

@@ -82,7 +82,7 @@ pub mod wit {
     });
 }
 
-pub use attestor::{Attestor, Context, Crypto, Tx};
+pub use attestor::{Attestor, Context, Crypto, MAX_EK_ROOTS, Tx};
 pub use ct::constant_time_eq;
 pub use outcome::refuse;
 

@@ -11,9 +11,9 @@
 //!
 //! | provider | `document` | `signature` |
 //! | --- | --- | --- |
-//! | `aws` | the JSON text of `/latest/dynamic/instance-identity/document` | the text of `/latest/dynamic/instance-identity/pkcs7` (base64 of a PKCS#7 SignedData by the region's AWS certificate; PEM armour and line breaks allowed) |
+//! | `aws` | the JSON text of `/latest/dynamic/instance-identity/document` | the text of `/latest/dynamic/instance-identity/rsa2048` (base64 of a PKCS#7 SignedData, SHA-256 with the region's RSA-2048 certificate; PEM armour and line breaks allowed), or of `/latest/dynamic/instance-identity/signature` (base64 of a bare RSA-SHA256 signature by the region's RSA-1024 certificate; accepted only where the host enables it). Not `/pkcs7`: that one is DSA with SHA-1, refused `legacy-algorithm` |
 //! | `gcp` | the identity token of `/computeMetadata/v1/instance/service-accounts/default/identity?audience=…&format=full` (a JWS compact RS256 JWT) | absent |
-//! | `azure` | the `signature` member of `/metadata/attested/document` (base64 of a PKCS#7 SignedData carrying the attested JSON and its signer's certificate) | absent |
+//! | `azure` | the `signature` member of `/metadata/attested/document?nonce=<azure_nonce>` (base64 of a PKCS#7 SignedData carrying the attested JSON and its signer's certificate; see [`azure_nonce`]) | absent |
 //! | `oidc` | a JWS compact JWT (RS256 or ES256) from the issuer the host is configured with | absent |
 //!
 //! The document is not bound to the join's CSR (no cloud lets the instance put a CSR hash into
@@ -25,11 +25,24 @@ use serde::{Deserialize, Serialize};
 /// The attestor id.
 pub const CLOUD_IID: &str = "cloud-iid";
 
+/// The nonce an Azure VM asks IMDS's attested document for (`?nonce=`), bound to the join's
+/// node key: 10 decimal digits (IMDS takes a 10-digit string) of SHA-256 of the CSR's
+/// SubjectPublicKeyInfo, `node_key_sha256`. A host configured with `nonce = "csr"` admits a
+/// document only for the key it was fetched for, so one copied off the VM cannot join another
+/// key. About 33 bits: binding, not secrecy.
+pub fn azure_nonce(node_key_sha256: &[u8]) -> String {
+    let mut first = [0u8; 8];
+    for (to, from) in first.iter_mut().zip(node_key_sha256) {
+        *to = *from;
+    }
+    format!("{:010}", u64::from_be_bytes(first) % 10_000_000_000)
+}
+
 /// Whose identity document the evidence carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
-    /// An AWS EC2 instance identity document with its PKCS#7 signature.
+    /// An AWS EC2 instance identity document with its `/rsa2048` (or `/signature`) signature.
     Aws,
     /// A Google Compute Engine identity token (`format=full`).
     Gcp,
@@ -78,7 +91,7 @@ pub struct CloudIidEvidence {
     pub provider: Provider,
     /// The document, as the metadata service returned it (see the module docs).
     pub document: String,
-    /// AWS only: the document's PKCS#7 signature, as `/pkcs7` returned it.
+    /// AWS only: the document's signature, as `/rsa2048` (or `/signature`) returned it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
 }
@@ -111,6 +124,15 @@ mod tests {
             serde_json::from_str::<CloudIidEvidence>(r#"{"provider":"ibm","document":"x"}"#)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn azure_nonce_is_ten_digits_of_the_key_hash() {
+        assert_eq!(azure_nonce(&[0u8; 32]), "0000000000");
+        let n = azure_nonce(&[0xff; 32]);
+        assert_eq!(n.len(), 10);
+        assert!(n.bytes().all(|b| b.is_ascii_digit()));
+        assert_ne!(azure_nonce(&[1u8; 32]), azure_nonce(&[2u8; 32]));
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod attest;
 mod credential;
 mod der;
 pub mod marshal;
+mod nv;
 mod public;
 mod reader;
 #[cfg(feature = "rustcrypto")]
@@ -30,6 +31,7 @@ mod verify;
 
 pub use attest::{Attest, Attested, ClockInfo, PcrSelection};
 pub use credential::{Credential, CredentialCrypto, kdfa, make_credential};
+pub use nv::{nv_certificate, nv_certificates};
 pub use public::{EccCurve, KeyParams, Public, PublicKey, SymDef};
 #[cfg(feature = "rustcrypto")]
 pub use rustcrypto::RustCryptoVerifier;

@@ -81,6 +81,25 @@ pub fn rsa_ek_public(modulus: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A TPMT_PUBLIC of a P-256 EK as the TCG template L-2 makes it (AES-128-CFB, SHA-256,
+/// KDF and scheme NULL), with the point (`x`, `y`, 32 bytes each).
+pub fn ecc_ek_public(x: &[u8], y: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&alg::ECC.to_be_bytes());
+    out.extend_from_slice(&alg::SHA256.to_be_bytes());
+    out.extend_from_slice(&EK_ATTRIBUTES.to_be_bytes());
+    tpm2b(&mut out, &EK_POLICY);
+    out.extend_from_slice(&alg::AES.to_be_bytes());
+    out.extend_from_slice(&128u16.to_be_bytes());
+    out.extend_from_slice(&alg::CFB.to_be_bytes());
+    out.extend_from_slice(&alg::NULL.to_be_bytes()); // scheme
+    out.extend_from_slice(&0x0003u16.to_be_bytes()); // TPM_ECC_NIST_P256
+    out.extend_from_slice(&alg::NULL.to_be_bytes()); // kdf
+    tpm2b(&mut out, x);
+    tpm2b(&mut out, y);
+    out
+}
+
 /// The header of a TPMS_ATTEST of `kind` with `extra_data` (a fixed signer name and clock).
 fn attest_header(kind: u16, extra_data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();

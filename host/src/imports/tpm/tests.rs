@@ -11,8 +11,8 @@ use aws_lc_rs::rsa::{
 };
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 use gatehouse_tpm::marshal::{
-    AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public, ecdsa_sha256_signature,
-    quote_attest, rsa_ek_public,
+    AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_ek_public, ecc_p256_public,
+    ecdsa_sha256_signature, quote_attest, rsa_ek_public,
 };
 use gatehouse_tpm::{HashAlg, PcrValue, TpmError, kdfa};
 
@@ -300,4 +300,129 @@ mod fuzz {
             all_entry_points(&bytes);
         }
     }
+}
+
+// --- real manufacturer EK certificates (tests/vectors/tpm, see its PROVENANCE.md) -----------
+
+/// The vendors' published roots and intermediates (169 certificates, `#` comments between
+/// them), all configured as trust anchors, as an operator configures the bundle.
+fn vendor_bundle() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for text in [
+        include_str!("../../../../tests/vectors/tpm/ca/tpm-ca-certificates.pem"),
+        include_str!("../../../../tests/vectors/tpm/ca/tpm-intermediate-ca-certificates.pem"),
+    ] {
+        for pem in x509_parser::pem::Pem::iter_from_buffer(text.as_bytes()) {
+            out.push(pem.unwrap().contents);
+        }
+    }
+    out
+}
+
+/// The EK public area (TCG default template) holding the key `certificate` certifies: what the
+/// TPM's EK is, derived here because the vectors are certificates only.
+fn ek_public_of(certificate: &[u8]) -> Vec<u8> {
+    let der = gatehouse_tpm::nv_certificate(certificate).unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(der).unwrap();
+    match cert.public_key().parsed().unwrap() {
+        x509_parser::public_key::PublicKey::RSA(rsa) => {
+            let modulus = rsa.modulus.strip_prefix(&[0]).unwrap_or(rsa.modulus);
+            rsa_ek_public(modulus)
+        }
+        x509_parser::public_key::PublicKey::EC(point) => {
+            let data = point.data();
+            assert_eq!(data.len(), 65, "a P-256 point");
+            ecc_ek_public(&data[1..33], &data[33..])
+        }
+        other => panic!("unexpected EK key {other:?}"),
+    }
+}
+
+/// 2025-06-01: inside every vector's validity.
+const REAL_AT: i64 = 1_748_736_000_000;
+
+#[test]
+fn real_vendor_ek_certificates_verify_against_the_published_bundle() {
+    let roots = vendor_bundle();
+    assert_eq!(roots.len(), 169);
+    for (name, cert) in [
+        (
+            "STMicro RSA, NV-padded",
+            &include_bytes!("../../../../tests/vectors/tpm/ek/stm-rsa-nv-padded.der")[..],
+        ),
+        (
+            "STMicro ECC P-256",
+            &include_bytes!("../../../../tests/vectors/tpm/ek/stm-ecc-p256.der")[..],
+        ),
+        (
+            "Infineon RSA",
+            &include_bytes!("../../../../tests/vectors/tpm/ek/ifx-rsa.der")[..],
+        ),
+        (
+            "Infineon ECC P-256",
+            &include_bytes!("../../../../tests/vectors/tpm/ek/ifx-ecc-p256.der")[..],
+        ),
+    ] {
+        let ek = ek_public_of(cert);
+        native::verify_ek(&ek, cert, &[], &roots, REAL_AT)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // One byte of the signature changed.
+        let der_len = gatehouse_tpm::nv_certificate(cert).unwrap().len();
+        let mut tampered = cert.to_vec();
+        tampered[der_len - 1] ^= 0x01;
+        assert!(
+            matches!(
+                native::verify_ek(&ek, &tampered, &[], &roots, REAL_AT),
+                Err(EkError::Chain(_))
+            ),
+            "{name}: tampered"
+        );
+        // Another EK's public area.
+        let other = ek_public_of(include_bytes!(
+            "../../../../tests/vectors/tpm/ek/ifx-ecc-p256.der"
+        ));
+        if other != ek {
+            assert_eq!(
+                native::verify_ek(&other, cert, &[], &roots, REAL_AT),
+                Err(EkError::KeyMismatch),
+                "{name}: another EK"
+            );
+        }
+    }
+}
+
+#[test]
+fn nv_fill_is_cut_but_other_trailing_bytes_refused() {
+    let padded = include_bytes!("../../../../tests/vectors/tpm/ek/stm-rsa-nv-padded.der");
+    let roots = vendor_bundle();
+    let ek = ek_public_of(padded);
+    let der_len = gatehouse_tpm::nv_certificate(padded).unwrap().len();
+    assert_eq!((der_len, padded.len()), (1169, 1600));
+    // The DER alone verifies too.
+    native::verify_ek(&ek, &padded[..der_len], &[], &roots, REAL_AT).unwrap();
+    // A byte in the fill that is not fill: the index no longer holds only a certificate.
+    let mut junk = padded.to_vec();
+    junk[der_len + 10] = 0x00;
+    assert!(matches!(
+        native::verify_ek(&ek, &junk, &[], &roots, REAL_AT),
+        Err(EkError::Chain(_))
+    ));
+}
+
+#[test]
+fn the_intermediate_may_come_from_the_tpm_instead_of_the_configuration() {
+    // Infineon's manufacturing CA sent as an intermediate; only the vendor roots configured.
+    let roots: Vec<Vec<u8>> = x509_parser::pem::Pem::iter_from_buffer(include_bytes!(
+        "../../../../tests/vectors/tpm/ca/tpm-ca-certificates.pem"
+    ))
+    .map(|p| p.unwrap().contents)
+    .collect();
+    let cert = include_bytes!("../../../../tests/vectors/tpm/ek/ifx-rsa.der");
+    let inter = include_bytes!("../../../../tests/vectors/tpm/ca/ifx-rsa-mfr-ca-022.der");
+    let ek = ek_public_of(cert);
+    native::verify_ek(&ek, cert, &[inter.to_vec()], &roots, REAL_AT).unwrap();
+    assert!(matches!(
+        native::verify_ek(&ek, cert, &[], &roots, REAL_AT),
+        Err(EkError::Chain(_))
+    ));
 }

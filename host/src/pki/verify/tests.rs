@@ -131,11 +131,15 @@ fn keys_must_fit_the_scheme() {
             key: "RSA"
         })
     );
+    // P-521 keys are known (as certificate issuers) but no scheme verifies with one.
     let (p521, sig) = ecdsa(&ECDSA_P521_SHA512_ASN1_SIGNING);
-    assert!(matches!(
+    assert_eq!(
         verify_signature(Scheme::EcdsaP256Sha256Der, &p521, MESSAGE, &sig),
-        Err(VerifyError::UnsupportedKey(_))
-    ));
+        Err(VerifyError::KeyMismatch {
+            scheme: Scheme::EcdsaP256Sha256Der,
+            key: "P-521"
+        })
+    );
 }
 
 /// DER TLV with a definite length.
@@ -788,4 +792,170 @@ fn display() {
     for (e, text) in cases {
         assert_eq!(e.to_string(), text);
     }
+}
+
+// --- real manufacturer CAs (tests/vectors/tpm, see its PROVENANCE.md) -----------------------
+
+fn pem_der(pem: &str) -> Vec<u8> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+    pem.contents
+}
+
+/// 2025-06-01, inside every real vector's validity.
+const REAL_AT: i64 = 1_748_736_000_000;
+
+/// Flips one byte of the certificate's signature (its last byte).
+fn tampered(der: &[u8]) -> Vec<u8> {
+    let mut der = der.to_vec();
+    *der.last_mut().unwrap() ^= 0x01;
+    der
+}
+
+#[test]
+fn nuvoton_p384_ca_under_the_p521_root_verifies() {
+    let root = pem_der(include_str!(
+        "../../../../tests/vectors/tpm/ca/ntc-ecc521-root.pem"
+    ));
+    let ca = pem_der(include_str!(
+        "../../../../tests/vectors/tpm/ca/ntc-ecc384-leafca-022111.pem"
+    ));
+    let verified = verify_chain(
+        std::slice::from_ref(&ca),
+        std::slice::from_ref(&root),
+        REAL_AT,
+    )
+    .unwrap();
+    assert_eq!(verified.root_index, 0);
+    // The root signs itself with ecdsa-with-SHA512 on P-521 too.
+    verify_chain(
+        std::slice::from_ref(&root),
+        std::slice::from_ref(&root),
+        REAL_AT,
+    )
+    .unwrap();
+    assert_eq!(
+        verify_chain(&[tampered(&ca)], &[root], REAL_AT),
+        Err(ChainError::BadSignature)
+    );
+}
+
+#[test]
+fn stm_utf8string_issuer_matches_its_printablestring_root() {
+    let root = pem_der(include_str!(
+        "../../../../tests/vectors/tpm/ca/stm-ecc-root-ca-01.pem"
+    ));
+    let ca = pem_der(include_str!(
+        "../../../../tests/vectors/tpm/ca/stm-ecc-intermediate-ca-02.pem"
+    ));
+    let (_, parsed_ca) = x509_parser::parse_x509_certificate(&ca).unwrap();
+    let (_, parsed_root) = x509_parser::parse_x509_certificate(&root).unwrap();
+    // Different bytes, same name.
+    assert_ne!(parsed_ca.issuer().as_raw(), parsed_root.subject().as_raw());
+    assert!(same_name(parsed_ca.issuer(), parsed_root.subject()));
+    verify_chain(
+        std::slice::from_ref(&ca),
+        std::slice::from_ref(&root),
+        REAL_AT,
+    )
+    .unwrap();
+    assert_eq!(
+        verify_chain(&[tampered(&ca)], &[root], REAL_AT),
+        Err(ChainError::BadSignature)
+    );
+}
+
+#[test]
+fn nuvoton_multi_valued_rdn_root_parses_and_verifies() {
+    let root = include_bytes!("../../../../tests/vectors/tpm/ca/ntc-root-ca-2110.der").to_vec();
+    verify_chain(
+        std::slice::from_ref(&root),
+        std::slice::from_ref(&root),
+        REAL_AT,
+    )
+    .unwrap();
+    assert_eq!(
+        verify_chain(&[tampered(&root)], &[root], REAL_AT),
+        Err(ChainError::BadSignature)
+    );
+}
+
+/// A Name of one RDN holding `attrs` (type OID bytes, string tag, value) in this order.
+fn name_der(rdns: &[&[(&[u8], u8, &str)]]) -> Vec<u8> {
+    let mut seq = Vec::new();
+    for rdn in rdns {
+        let mut set = Vec::new();
+        for (oid, tag, value) in rdn.iter() {
+            let mut atv = tlv(0x06, oid);
+            atv.extend(tlv(*tag, value.as_bytes()));
+            set.extend(tlv(0x30, &atv));
+        }
+        seq.extend(tlv(0x31, &set));
+    }
+    tlv(0x30, &seq)
+}
+
+#[test]
+fn names_match_under_rfc5280() {
+    const CN: &[u8] = &[0x55, 0x04, 0x03];
+    const O: &[u8] = &[0x55, 0x04, 0x0a];
+    const C: &[u8] = &[0x55, 0x04, 0x06];
+    const PRINTABLE: u8 = 0x13;
+    const UTF8: u8 = 0x0c;
+    const IA5: u8 = 0x16;
+    let same = |a: Vec<u8>, b: Vec<u8>| {
+        let (_, a) = X509Name::from_der(&a).unwrap();
+        let (_, b) = X509Name::from_der(&b).unwrap();
+        same_name(&a, &b)
+    };
+    let base = name_der(&[&[(C, PRINTABLE, "TW")], &[(CN, PRINTABLE, "Root CA 01")]]);
+    // String type, case and insignificant spaces do not matter.
+    assert!(same(
+        base.clone(),
+        name_der(&[&[(C, UTF8, "tw")], &[(CN, UTF8, "  root   ca 01 ")]])
+    ));
+    // Values, types, RDN order and count do.
+    assert!(!same(
+        base.clone(),
+        name_der(&[&[(C, PRINTABLE, "TW")], &[(CN, PRINTABLE, "Root CA 02")]])
+    ));
+    assert!(!same(
+        base.clone(),
+        name_der(&[&[(C, PRINTABLE, "TW")], &[(O, PRINTABLE, "Root CA 01")]])
+    ));
+    assert!(!same(
+        base.clone(),
+        name_der(&[&[(CN, PRINTABLE, "Root CA 01")], &[(C, PRINTABLE, "TW")]])
+    ));
+    assert!(!same(base.clone(), name_der(&[&[(C, PRINTABLE, "TW")]])));
+    assert!(!same(
+        base.clone(),
+        name_der(&[&[(C, PRINTABLE, "TW")], &[(CN, PRINTABLE, "RootCA 01")]])
+    ));
+    // Other string types compare by tag and bytes.
+    assert!(!same(
+        name_der(&[&[(CN, IA5, "a")]]),
+        name_der(&[&[(CN, UTF8, "a")]])
+    ));
+    // A multi-valued RDN is a set: any order.
+    let multi = name_der(&[&[
+        (CN, PRINTABLE, "x"),
+        (O, PRINTABLE, "y"),
+        (C, PRINTABLE, "TW"),
+    ]]);
+    assert!(same(
+        multi.clone(),
+        name_der(&[&[
+            (C, PRINTABLE, "TW"),
+            (CN, PRINTABLE, "x"),
+            (O, PRINTABLE, "y")
+        ]])
+    ));
+    assert!(!same(
+        multi,
+        name_der(&[&[
+            (C, PRINTABLE, "TW"),
+            (CN, PRINTABLE, "x"),
+            (CN, PRINTABLE, "y")
+        ]])
+    ));
 }

@@ -57,6 +57,14 @@ pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
 /// The NV index of the RSA-2048 EK certificate (TCG EK credential profile).
 pub const RSA_EK_CERT_NV_INDEX: u32 = 0x01c0_0002;
 
+/// The NV indices of the EK certificate's chain (TCG EK credential profile 2.x): TPMs whose
+/// manufacturer CA is on the die (Intel PTT, AMD fTPM) keep their per-device intermediates
+/// there, DER certificates back to back, in index order.
+pub const EK_CHAIN_NV_INDICES: std::ops::RangeInclusive<u32> = 0x01c0_0100..=0x01c0_01ff;
+
+/// Most chain certificates sent (the tpm attestor takes no more).
+const MAX_EK_CHAIN: usize = 6;
+
 /// What the TPM could not do.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -198,18 +206,22 @@ impl Tpm {
             let ek_public = read_public(ctx, ek);
             flush(ctx, ek);
             let ek_public = ek_public?;
-            let ek_certificate = ek::retrieve_ek_pubcert(
+            let nv = ek::retrieve_ek_pubcert(
                 ctx,
                 AsymmetricAlgorithmSelection::Rsa(RsaKeyBits::Rsa2048),
             )
             .map_err(cmd("reading the EK certificate from NV"))?;
+            // The index is sized for the largest certificate: real TPMs fill the rest (0xFF).
+            let ek_certificate =
+                gatehouse_tpm::nv_certificate(&nv).map_or(nv.clone(), <[u8]>::to_vec);
+            let ek_chain = ek_chain(ctx);
             let (ak, ak_public) = create_ak(ctx)?;
             flush(ctx, ak);
             Ok(TpmEnrollment {
                 v: TPM_EVIDENCE_VERSION,
                 ek_public: marshal_public(&ek_public)?,
                 ek_certificate,
-                ek_chain: Vec::new(),
+                ek_chain,
                 ak_public: marshal_public(&ak_public)?,
             })
         })
@@ -493,6 +505,51 @@ fn flush(ctx: &mut Context, key: KeyHandle) {
     if let Err(e) = ctx.flush_context(ObjectHandle::from(key)) {
         tracing::debug!(error = %e, "flushing a TPM object failed");
     }
+}
+
+/// The EK's chain certificates from [`EK_CHAIN_NV_INDICES`], in index order, each cut at its
+/// DER length; at most [`MAX_EK_CHAIN`]. Best effort: a TPM without them (most discrete TPMs,
+/// swtpm) or an index that cannot be read or holds something else gives fewer or none, and
+/// the host decides with the configured roots alone.
+fn ek_chain(ctx: &mut Context) -> Vec<Vec<u8>> {
+    use tss_esapi::abstraction::nv;
+    use tss_esapi::handles::{NvIndexTpmHandle, TpmHandle};
+    use tss_esapi::interface_types::resource_handles::NvAuth;
+
+    let Ok(indices) = ctx.execute_without_session(nv::list) else {
+        return Vec::new();
+    };
+    let mut handles: Vec<u32> = indices
+        .iter()
+        .map(|(public, _)| u32::from(public.nv_index()))
+        .filter(|index| EK_CHAIN_NV_INDICES.contains(index))
+        .collect();
+    handles.sort_unstable();
+    let mut chain = Vec::new();
+    for index in handles {
+        let Ok(handle) = NvIndexTpmHandle::new(index) else {
+            continue;
+        };
+        let read = ctx
+            .execute_without_session(|ctx| ctx.tr_from_tpm_public(TpmHandle::NvIndex(handle)))
+            .and_then(|object| {
+                ctx.execute_with_nullauth_session(|ctx| {
+                    nv::read_full(ctx, NvAuth::NvIndex(object.into()), handle)
+                })
+            });
+        let Ok(bytes) = read else {
+            continue;
+        };
+        let room = MAX_EK_CHAIN - chain.len();
+        match gatehouse_tpm::nv_certificates(&bytes, room) {
+            Some(certs) => chain.extend(certs.into_iter().map(<[u8]>::to_vec)),
+            None => continue,
+        }
+        if chain.len() == MAX_EK_CHAIN {
+            break;
+        }
+    }
+    chain
 }
 
 fn create_ek(ctx: &mut Context) -> Result<KeyHandle, TpmError> {

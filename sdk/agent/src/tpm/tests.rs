@@ -250,3 +250,64 @@ fn odd_keys_are_certified_with_their_attributes() {
         }
     }
 }
+
+/// Writes `data` into a new NV index `index` (owner-written, readable with its empty auth),
+/// as a manufacturer provisions the EK chain indices.
+fn provision_nv(sw: &Swtpm, index: u32, data: &[u8]) {
+    use std::io::Write as _;
+    use std::str::FromStr as _;
+    use tss_esapi::abstraction::nv::NvOpenOptions;
+    use tss_esapi::attributes::NvIndexAttributesBuilder;
+    use tss_esapi::handles::NvIndexTpmHandle;
+    use tss_esapi::interface_types::resource_handles::NvAuth;
+    use tss_esapi::structures::NvPublicBuilder;
+
+    let mut ctx = Context::new(TctiNameConf::from_str(&sw.tcti()).unwrap()).unwrap();
+    let attributes = NvIndexAttributesBuilder::new()
+        .with_owner_write(true)
+        .with_owner_read(true)
+        .with_auth_read(true)
+        .with_no_da(true)
+        .build()
+        .unwrap();
+    let public = NvPublicBuilder::new()
+        .with_nv_index(NvIndexTpmHandle::new(index).unwrap())
+        .with_index_name_algorithm(HashingAlgorithm::Sha256)
+        .with_index_attributes(attributes)
+        .with_data_area_size(data.len())
+        .build()
+        .unwrap();
+    ctx.execute_with_nullauth_session(|ctx| {
+        let mut writer = NvOpenOptions::NewIndex {
+            nv_public: public,
+            auth_handle: NvAuth::Owner,
+        }
+        .open(ctx)?;
+        writer
+            .write_all(data)
+            .map_err(|_| tss_esapi::Error::WrapperError(tss_esapi::WrapperErrorKind::InternalError))
+    })
+    .unwrap();
+}
+
+#[test]
+fn enrollment_sends_the_chain_certificates_found_in_nv() {
+    let ca = LocalCa::new().unwrap();
+    let sw = Swtpm::start(&ca).unwrap();
+    let inter = ca.intermediate_der().unwrap();
+    let root_pem = ca.root_pem().unwrap();
+    let (_, root) = x509_parser::pem::parse_x509_pem(root_pem.as_bytes()).unwrap();
+    // The chain indices from 0x01c00100, each sized larger than its certificate and filled
+    // with 0xFF (an index holds at most 2 KiB on swtpm, so one certificate each here).
+    let first = *EK_CHAIN_NV_INDICES.start();
+    for (index, cert) in [(first + 1, &root.contents), (first, &inter)] {
+        let mut nv = cert.clone();
+        nv.extend([0xff; 64]);
+        provision_nv(&sw, index, &nv);
+    }
+    let e = sw.open().unwrap().enrollment().unwrap();
+    assert_eq!(e.ek_chain, vec![inter, root.contents]);
+    // And the EK certificate, cut at its DER length, is exactly one certificate.
+    let (rest, _) = X509Certificate::from_der(&e.ek_certificate).unwrap();
+    assert!(rest.is_empty());
+}

@@ -1,0 +1,495 @@
+//! Real, public evidence (`tests/vectors`, each file's origin and OpenSSL check in its
+//! `PROVENANCE.md`) through the code production runs: the cloud-iid attestor (the crate the
+//! built-in component is built from) with the host's own verification functions
+//! (`gatehouse::pki::verify`, what the component's `crypto` import calls) and a transaction
+//! whose clock is set to the document's time, with `maxAgeMs` wide enough that age is not what
+//! is tested. Every vector is admitted, and refused with one byte changed.
+//!
+//! The host's database clock cannot be set, which is why these run the attestor natively
+//! rather than through a running host: the real signer certificates expired years ago.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use gatehouse::pki::verify::{self, Scheme};
+use gatehouse_attestor_cloud_iid::CloudIid;
+use gatehouse_proto::cloud_iid::{CloudIidEvidence, Provider};
+use gatehouse_sdk::{
+    Attestor, Context, Crypto, CryptoError, HardwareClaims, Inventory, JoinRequest, JoinRequestRow,
+    JoinRole, Lease, Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, Tx, TxError,
+    UseError, VerifiedChain, Workflow,
+};
+use serde_json::{Value, json};
+
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/vectors");
+const DAY: i64 = 86_400_000;
+
+fn vector(path: &str) -> String {
+    std::fs::read_to_string(format!("{VECTORS}/{path}")).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The host's verification, as the `crypto` import maps it (no sealing: cloud-iid seals
+/// nothing).
+struct HostCrypto;
+
+impl Crypto for HostCrypto {
+    fn sha256(&self, data: &[u8]) -> Vec<u8> {
+        verify::sha256(data).to_vec()
+    }
+    fn verify_signature(
+        &self,
+        scheme: SignatureScheme,
+        spki: &[u8],
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), CryptoError> {
+        let scheme = match scheme {
+            SignatureScheme::EcdsaP256Sha256Fixed => Scheme::EcdsaP256Sha256Fixed,
+            SignatureScheme::EcdsaP256Sha256Der => Scheme::EcdsaP256Sha256Der,
+            SignatureScheme::EcdsaP384Sha384Der => Scheme::EcdsaP384Sha384Der,
+            SignatureScheme::RsaPkcs1Sha256 => Scheme::RsaPkcs1Sha256,
+            SignatureScheme::RsaPssSha256 => Scheme::RsaPssSha256,
+            SignatureScheme::Ed25519 => Scheme::Ed25519,
+        };
+        verify::verify_signature(scheme, spki, message, signature).map_err(|e| match e {
+            verify::VerifyError::BadSignature => CryptoError::BadSignature,
+            other => CryptoError::Malformed(other.to_string()),
+        })
+    }
+    fn verify_chain(
+        &self,
+        chain: &[Vec<u8>],
+        roots: &[Vec<u8>],
+        at: TimestampMs,
+    ) -> Result<VerifiedChain, CryptoError> {
+        verify::verify_chain(chain, roots, at)
+            .map(|v| VerifiedChain {
+                leaf_spki: v.leaf_spki,
+                leaf_not_after: v.leaf_not_after_ms,
+                root_index: v.root_index,
+            })
+            .map_err(|e| CryptoError::Malformed(e.to_string()))
+    }
+    fn seal_state(&self, _: &[u8], _: &[u8]) -> Vec<u8> {
+        unimplemented!("cloud-iid seals nothing")
+    }
+    fn open_state(&self, _: &[u8], _: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        unimplemented!("cloud-iid seals nothing")
+    }
+}
+
+/// A transaction at a chosen time with an in-memory single-use ledger; anything else
+/// cloud-iid must not touch panics.
+struct ClockTx {
+    now: Cell<TimestampMs>,
+    uses: RefCell<HashMap<String, TimestampMs>>,
+}
+
+impl ClockTx {
+    fn at(now: TimestampMs) -> Self {
+        ClockTx {
+            now: Cell::new(now),
+            uses: RefCell::default(),
+        }
+    }
+}
+
+impl Tx for ClockTx {
+    fn now(&self) -> TimestampMs {
+        self.now.get()
+    }
+    fn lock_token(&self, _: &str) -> Result<Option<Token>, TxError> {
+        unimplemented!()
+    }
+    fn consume_token(&self, _: &str) -> Result<u32, TxError> {
+        unimplemented!()
+    }
+    fn node(&self, _: &str) -> Result<Option<Node>, TxError> {
+        unimplemented!()
+    }
+    fn node_cert(&self, _: &[u8]) -> Result<Option<NodeCert>, TxError> {
+        unimplemented!()
+    }
+    fn bound_node(&self, _: &str, _: &str) -> Result<Option<String>, TxError> {
+        unimplemented!()
+    }
+    fn lease(&self, _: &str) -> Result<Option<Lease>, TxError> {
+        unimplemented!()
+    }
+    fn newest_inventory(&self, _: &str) -> Result<Option<Inventory>, TxError> {
+        unimplemented!()
+    }
+    fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
+        unimplemented!()
+    }
+    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
+        let mut uses = self.uses.borrow_mut();
+        if uses.get(subject).is_some_and(|e| *e > self.now.get()) {
+            return Err(UseError::Reused);
+        }
+        uses.insert(subject.to_owned(), expires_at);
+        Ok(())
+    }
+    fn open_join_request(&self, _: &str, _: &str) -> Result<JoinRequestRow, TxError> {
+        unimplemented!()
+    }
+    fn join_request(&self, _: &str) -> Result<Option<JoinRequestRow>, TxError> {
+        unimplemented!()
+    }
+    fn consume_join_request(&self, _: &str) -> Result<(), TxError> {
+        unimplemented!()
+    }
+    fn kv_get(&self, _: &str) -> Result<Option<Vec<u8>>, TxError> {
+        unimplemented!()
+    }
+    fn kv_put(&self, _: &str, _: &[u8]) -> Result<(), TxError> {
+        unimplemented!()
+    }
+    fn kv_delete(&self, _: &str) -> Result<(), TxError> {
+        unimplemented!()
+    }
+}
+
+/// cloud-iid configured with `providers`, admitting `account` of `provider` into `t1`.
+fn attestor(providers: Value, provider: Provider, account: &str) -> CloudIid {
+    let config = json!({
+        "maxAgeMs": 3650u64 * DAY as u64,
+        "providers": providers,
+        "resolve": [{ "provider": provider.as_str(), "account": account, "tenantId": "t1" }],
+    });
+    CloudIid::configure(&config.to_string()).unwrap_or_else(|e| panic!("configure: {e}"))
+}
+
+/// The outcome of one join with `evidence` at `now`; `node_key_sha256` is the CSR key's hash.
+fn join(attestor: &CloudIid, evidence: &CloudIidEvidence, now: i64, node_key: [u8; 32]) -> Outcome {
+    let tx = ClockTx::at(now);
+    let request = JoinRequest {
+        attestor: "cloud-iid".into(),
+        role: JoinRole::Node,
+        attestation: serde_json::to_vec(evidence).unwrap(),
+        token: None,
+        csr_der: b"csr".to_vec(),
+        csr_sha256: vec![0x11; 32],
+        csr_spki_sha256: node_key.to_vec(),
+        claims: HardwareClaims {
+            macs: vec![],
+            product_uuid: None,
+        },
+        round: 1,
+    };
+    attestor.verify(
+        &Context {
+            tx: &tx,
+            crypto: &HostCrypto,
+        },
+        &request,
+    )
+}
+
+#[track_caller]
+fn admitted(outcome: Outcome, subject: &str) {
+    match outcome {
+        Outcome::Admitted(result) => {
+            assert_eq!(result.subject.as_deref(), Some(subject));
+            assert_eq!(result.tenant_id.as_deref(), Some("t1"));
+        }
+        other => panic!("{subject}: expected admission, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn refused(outcome: Outcome, reason: &str) {
+    match outcome {
+        Outcome::Refused(r) => assert_eq!(r.reason, reason),
+        other => panic!("expected refusal {reason}, got {other:?}"),
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn unb64(text: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .unwrap()
+}
+
+/// `text` (base64) with byte `at` of what it encodes flipped (negative: from the end).
+fn flip(text: &str, at: isize) -> String {
+    let mut bytes = unb64(text);
+    let i = if at < 0 {
+        bytes.len() - at.unsigned_abs()
+    } else {
+        at as usize
+    };
+    bytes[i] ^= 0x01;
+    b64(&bytes)
+}
+
+fn aws_evidence(document: &str, signature: &str) -> CloudIidEvidence {
+    CloudIidEvidence {
+        provider: Provider::Aws,
+        document: document.to_owned(),
+        signature: Some(signature.to_owned()),
+    }
+}
+
+/// 2026-02-16T01:00:00Z, an hour after the 2026 instance launched.
+const AWS_2026: i64 = 1_771_203_600_000;
+/// 2025-02-06T00:00:00Z.
+const AWS_2025: i64 = 1_738_800_000_000;
+/// 2018-12-03T04:00:00Z.
+const AWS_2018: i64 = 1_543_809_600_000;
+
+#[test]
+fn aws_rsa2048_is_admitted_and_a_changed_byte_refused() {
+    let aws = attestor(
+        json!({ "aws": { "certificates": vector("aws/rsa2048-ap-southeast-2.pem") } }),
+        Provider::Aws,
+        "189292791360",
+    );
+    let document = vector("aws/ap-southeast-2-2026.document.json");
+    let rsa2048 = vector("aws/ap-southeast-2-2026.rsa2048.b64");
+    admitted(
+        join(&aws, &aws_evidence(&document, &rsa2048), AWS_2026, [0; 32]),
+        "cloud:aws:189292791360:i-0c5541936caf78c12",
+    );
+    // The signature's last byte.
+    refused(
+        join(
+            &aws,
+            &aws_evidence(&document, &flip(&rsa2048, -10)),
+            AWS_2026,
+            [0; 32],
+        ),
+        "bad-signature",
+    );
+    // A byte of the document both inside and beside the SignedData: the signed digest no
+    // longer matches.
+    let inner = unb64(&rsa2048);
+    let at = inner
+        .windows(12)
+        .position(|w| w == b"189292791360")
+        .unwrap();
+    let mut changed = inner.clone();
+    changed[at] = b'2';
+    let changed_document = document.replacen("189292791360", "289292791360", 1);
+    refused(
+        join(
+            &aws,
+            &aws_evidence(&changed_document, &b64(&changed)),
+            AWS_2026,
+            [0; 32],
+        ),
+        "bad-signature",
+    );
+    // The document beside it changed alone: it is not the one signed.
+    refused(
+        join(
+            &aws,
+            &aws_evidence(&changed_document, &rsa2048),
+            AWS_2026,
+            [0; 32],
+        ),
+        "malformed-evidence",
+    );
+    // Another region's certificate (the /signature one) does not verify /rsa2048.
+    let wrong = attestor(
+        json!({ "aws": { "certificates": vector("aws/rsa-ap-southeast-2.pem") } }),
+        Provider::Aws,
+        "189292791360",
+    );
+    refused(
+        join(
+            &wrong,
+            &aws_evidence(&document, &rsa2048),
+            AWS_2026,
+            [0; 32],
+        ),
+        "untrusted-signer",
+    );
+}
+
+#[test]
+fn aws_signature_is_admitted_only_where_enabled() {
+    let enabled = attestor(
+        json!({ "aws": {
+            "certificates": vector("aws/rsa2048-ap-southeast-2.pem"),
+            "signatureCertificates": vector("aws/rsa-ap-southeast-2.pem"),
+        } }),
+        Provider::Aws,
+        "189292791360",
+    );
+    for (year, now, instance) in [
+        ("2026", AWS_2026, "i-0c5541936caf78c12"),
+        ("2025", AWS_2025, "i-050c2e3dd07033e9e"),
+    ] {
+        let document = vector(&format!("aws/ap-southeast-2-{year}.document.json"));
+        let signature = vector(&format!("aws/ap-southeast-2-{year}.signature.b64"));
+        admitted(
+            join(&enabled, &aws_evidence(&document, &signature), now, [0; 32]),
+            &format!("cloud:aws:189292791360:{instance}"),
+        );
+        refused(
+            join(
+                &enabled,
+                &aws_evidence(&document, &flip(&signature, -1)),
+                now,
+                [0; 32],
+            ),
+            "bad-signature",
+        );
+        let changed = document.replacen("ap-southeast-2a", "ap-southeast-2b", 1);
+        refused(
+            join(&enabled, &aws_evidence(&changed, &signature), now, [0; 32]),
+            "bad-signature",
+        );
+    }
+    let rsa2048_only = attestor(
+        json!({ "aws": { "certificates": vector("aws/rsa2048-ap-southeast-2.pem") } }),
+        Provider::Aws,
+        "189292791360",
+    );
+    refused(
+        join(
+            &rsa2048_only,
+            &aws_evidence(
+                &vector("aws/ap-southeast-2-2026.document.json"),
+                &vector("aws/ap-southeast-2-2026.signature.b64"),
+            ),
+            AWS_2026,
+            [0; 32],
+        ),
+        "signature-not-enabled",
+    );
+}
+
+#[test]
+fn aws_legacy_pkcs7_is_refused_as_legacy_even_with_its_certificate() {
+    // The DSA certificate configured as if it were trusted: the algorithm is what refuses.
+    let aws = attestor(
+        json!({ "aws": { "certificates": vector("aws/dsa-ap-southeast-2.pem") } }),
+        Provider::Aws,
+        "568333322432",
+    );
+    let evidence = aws_evidence(
+        &vector("aws/ap-southeast-2-2018.document.json"),
+        &vector("aws/ap-southeast-2-2018.pkcs7.b64"),
+    );
+    refused(join(&aws, &evidence, AWS_2018, [0; 32]), "legacy-algorithm");
+}
+
+fn azure_evidence(document: &str) -> CloudIidEvidence {
+    CloudIidEvidence {
+        provider: Provider::Azure,
+        document: document.to_owned(),
+        signature: None,
+    }
+}
+
+/// The configured CAs of both real documents: the intermediates and their roots.
+fn azure_cas() -> String {
+    [
+        "azure/microsoft-rsa-tls-ca-01.pem",
+        "azure/baltimore-cybertrust-root.pem",
+        "azure/microsoft-azure-tls-issuing-ca-05.pem",
+        "azure/digicert-global-root-g2.pem",
+    ]
+    .iter()
+    .map(|p| vector(p))
+    .collect()
+}
+
+/// 2022-04-19T02:00:00Z and 2023-03-08T18:00:00Z: inside each document's six hours.
+const AZURE_2022: i64 = 1_650_333_600_000;
+const AZURE_2023: i64 = 1_678_298_400_000;
+
+#[test]
+fn azure_attested_documents_are_admitted_and_a_changed_byte_refused() {
+    for (file, now, subscription, vm) in [
+        (
+            "azure/southcentralus-2022.b64",
+            AZURE_2022,
+            "5f130ffc-0a3e-4795-b691-4f56a12a5547",
+            "bd8e7443-24a0-41f3-b949-8baf4fd1c573",
+        ),
+        (
+            "azure/usgovvirginia-2023.b64",
+            AZURE_2023,
+            "0afbfffa-5df9-4a3b-987e-fe7577624272",
+            "990878d4-068a-4ac4-9ee9-1231d2218ef2",
+        ),
+    ] {
+        let azure = attestor(
+            json!({ "azure": { "certificates": azure_cas() } }),
+            Provider::Azure,
+            subscription,
+        );
+        let document = vector(file);
+        admitted(
+            join(&azure, &azure_evidence(&document), now, [0; 32]),
+            &format!("cloud:azure:{subscription}:{vm}"),
+        );
+        // The signature's last byte, and a byte of the signed JSON (its vmId).
+        refused(
+            join(&azure, &azure_evidence(&flip(&document, -1)), now, [0; 32]),
+            "bad-signature",
+        );
+        let der = unb64(&document);
+        let at = der.windows(6).position(|w| w == b"\"vmId\"").unwrap() + 9;
+        let mut changed = der.clone();
+        changed[at] ^= 0x01;
+        refused(
+            join(&azure, &azure_evidence(&b64(&changed)), now, [0; 32]),
+            "bad-signature",
+        );
+        // After the document's expiresOn.
+        refused(
+            join(&azure, &azure_evidence(&document), now + DAY, [0; 32]),
+            "expired",
+        );
+    }
+}
+
+#[test]
+fn azure_nonce_and_signer_name_are_checked() {
+    let document = vector("azure/southcentralus-2022.b64");
+    let subscription = "5f130ffc-0a3e-4795-b691-4f56a12a5547";
+    // nonce = "csr": the real document was fetched with IMDS's default nonce (its request
+    // time), not one derived from this node key.
+    let bound = attestor(
+        json!({ "azure": { "certificates": azure_cas(), "nonce": "csr" } }),
+        Provider::Azure,
+        subscription,
+    );
+    refused(
+        join(&bound, &azure_evidence(&document), AZURE_2022, [0x22; 32]),
+        "nonce-mismatch",
+    );
+    // A signer that is a Microsoft certificate but not IMDS's.
+    let elsewhere = attestor(
+        json!({ "azure": {
+            "certificates": azure_cas(),
+            "signerNames": ["login.microsoftonline.com"],
+        } }),
+        Provider::Azure,
+        subscription,
+    );
+    refused(
+        join(&elsewhere, &azure_evidence(&document), AZURE_2022, [0; 32]),
+        "untrusted-signer",
+    );
+    // Only the other cloud's CA configured.
+    let other_ca = attestor(
+        json!({ "azure": { "certificates": vector("azure/microsoft-azure-tls-issuing-ca-05.pem") } }),
+        Provider::Azure,
+        subscription,
+    );
+    refused(
+        join(&other_ca, &azure_evidence(&document), AZURE_2022, [0; 32]),
+        "untrusted-signer",
+    );
+}
