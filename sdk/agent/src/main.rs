@@ -627,16 +627,16 @@ fn existing_identity(dir: &Path, tcti: Option<&str>) -> Result<Existing, Failure
 
 async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     let trust = read_trust(&args.ca)?;
-    let credential = credential(&args)?;
-    let ek_chain = args
-        .ek_chain
-        .as_deref()
-        .map(read_pem_chain)
-        .transpose()?
-        .unwrap_or_default();
     let client = JoinClient::new(&args.server, &trust).map_err(usage)?;
-    // Only once the invocation is known to be usable: a reset is not undone when the join
-    // fails (a later plain join joins).
+    // With --reset the credential is read first, so that a reset happens only once the
+    // invocation is known to be usable (a reset is not undone when the join fails; a later
+    // plain join joins). Without, only once the machine is known not to have joined: an
+    // upgrade run of the install script has no token left to read.
+    let mut credential_read = if args.reset {
+        Some(credential(&args)?)
+    } else {
+        None
+    };
     if args.reset {
         reset(
             &args.out,
@@ -661,6 +661,16 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
         }
     }
     ensure_no_identity(&args.out).map_err(usage)?;
+    let credential = match credential_read.take() {
+        Some(c) => c,
+        None => credential(&args)?,
+    };
+    let ek_chain = args
+        .ek_chain
+        .as_deref()
+        .map(read_pem_chain)
+        .transpose()?
+        .unwrap_or_default();
     let options = JoinOptions {
         claims: Claims {
             macs: args.macs,
@@ -1288,6 +1298,30 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{flag} {value}");
         }
         assert_eq!(parse_fraction("1/4"), Ok(0.25));
+    }
+
+    #[test]
+    fn exit_codes_tell_refused_unreachable_and_trust_apart() {
+        use gatehouse_agent::{JoinError, ResponseError};
+        assert_eq!(join_failure(JoinError::Denied).exit_code(), 3);
+        let host = |status| JoinError::Host {
+            status,
+            code: String::new(),
+            message: String::new(),
+        };
+        assert_eq!(join_failure(host(503)).exit_code(), 4);
+        assert_eq!(join_failure(host(400)).exit_code(), 1);
+        assert_eq!(
+            join_failure(JoinError::Response(ResponseError::BadSignature)).exit_code(),
+            5
+        );
+        assert_eq!(join_failure(JoinError::TooManyChallenges).exit_code(), 1);
+        let cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::other(cert);
+        assert!(is_tls_trust_error(&io));
+        assert!(!is_tls_trust_error(&std::io::Error::other(
+            "connection refused"
+        )));
     }
 
     #[test]
