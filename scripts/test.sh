@@ -10,3 +10,4 @@ if [ -z "${DATABASE_URL:-}" ]; then
   echo "test: DATABASE_URL is not set; the PostgreSQL tests are skipped (CI sets it)" >&2
 fi
 cargo test --workspace --all-targets
+scripts/test-install-script.sh

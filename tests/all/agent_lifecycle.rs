@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use gatehouse_agent::{
-    Action, JoinClient, JoinOptions, Lifecycle, LifecycleEvent, NodeKey, RenewPolicy,
-    TokenProducer, join, load_identity, write_identity,
+    Action, JoinClient, JoinOptions, Lifecycle, LifecycleError, LifecycleEvent, NodeKey,
+    RenewPolicy, TokenProducer, join, load_identity, write_identity,
 };
 use gatehouse_proto::Role;
 use tokio::sync::{mpsc, oneshot};
@@ -124,6 +124,7 @@ async fn renews_and_rejoins_with_x509pop_after_expiring_while_the_host_was_down(
         renew_when_left: f64::from(TTL_SECONDS / 2) / f64::from(TTL_SECONDS + BACKDATE_SECONDS),
         backoff_min: Duration::from_millis(200),
         backoff_max: Duration::from_secs(1),
+        ..RenewPolicy::default()
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -208,4 +209,117 @@ async fn renews_and_rejoins_with_x509pop_after_expiring_while_the_host_was_down(
     stop_tx.send(()).unwrap();
     task.await.unwrap().unwrap();
     host.stop().await;
+}
+
+/// A node whose identity the operator revoked: the renewal is refused, the x509pop re-join
+/// the loop then tries is refused too, and the loop stops with the recovery command instead
+/// of retrying forever; nothing was issued, and a fresh certificate was never installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_node_stops_with_the_recovery_hint() {
+    for backend in crate::common::backends() {
+        let host = TestHost::start(backend).await;
+        let (url, trust) = (host.url(), host.trust.clone());
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("agent");
+        let key = NodeKey::generate().unwrap();
+        let token = host.create_token("node", 1).await;
+        let joined = join(
+            &JoinClient::new(&url, &trust).unwrap(),
+            &trust,
+            &mut TokenProducer::new(Role::Node),
+            Some(&token),
+            &key,
+            &JoinOptions::default(),
+        )
+        .await
+        .unwrap();
+        write_identity(&dir, &key, &joined).unwrap();
+        let node_id = joined.node_id.clone();
+        let before = load_identity(&dir).unwrap();
+        let resp = host
+            .http()
+            .post(format!("{url}/v1/admin/nodes/{node_id}/revoke-identity"))
+            .bearer_auth(&host.admin_key)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "revoke: {}", resp.status());
+        let certs_before = host
+            .events()
+            .await
+            .iter()
+            .filter(|e| matches!(e.kind.as_str(), "node.renewed" | "node.joined"))
+            .count();
+
+        // Renew at once; a backoff that would retry many times within the test's patience.
+        let policy = RenewPolicy {
+            renew_when_left: 1.0,
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(100),
+            ..RenewPolicy::default()
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let lifecycle = Lifecycle::new(&url, trust.clone(), dir.clone(), policy)
+            .with_trust_file(tmp.path().join("trust.json"))
+            .with_events(tx);
+        let ended = tokio::time::timeout(
+            Duration::from_secs(30),
+            lifecycle.run(std::future::pending()),
+        )
+        .await
+        .expect("the loop stopped by itself");
+        let Err(LifecycleError::CannotRejoin {
+            node_id: stopped,
+            reason,
+            recovery,
+        }) = ended
+        else {
+            panic!("{ended:?}")
+        };
+        assert_eq!(stopped, node_id);
+        assert!(reason.contains("x509pop re-join"), "{reason}");
+        assert_eq!(
+            recovery,
+            format!(
+                "gatehouse-agent join --reset --yes --server {url} --ca {} --out {} \
+                 --token-file NEW-TOKEN",
+                tmp.path().join("trust.json").display(),
+                dir.display()
+            )
+        );
+        let full = LifecycleError::CannotRejoin {
+            node_id: stopped,
+            reason,
+            recovery,
+        }
+        .to_string();
+        assert!(
+            full.contains("recover with: gatehouse-agent join --reset --yes"),
+            "{full}"
+        );
+        // One refused renewal, one refused re-join: no retries in between.
+        let mut failed = vec![];
+        while let Ok(e) = rx.try_recv() {
+            failed.push(e);
+        }
+        assert!(failed.is_empty(), "a refusal is not retried: {failed:?}");
+        let renew_refusals = host
+            .events()
+            .await
+            .iter()
+            .filter(|e| e.kind == "security.renew.refused")
+            .count();
+        assert_eq!(renew_refusals, 1);
+        assert_eq!(host.refusal_reasons().await.len(), 1, "the x509pop re-join");
+        // Nothing issued, nothing installed.
+        let certs_after = host
+            .events()
+            .await
+            .iter()
+            .filter(|e| matches!(e.kind.as_str(), "node.renewed" | "node.joined"))
+            .count();
+        assert_eq!(certs_after, certs_before);
+        assert_eq!(serial_of(&dir), before.cert.serial);
+        host.stop().await;
+    }
 }

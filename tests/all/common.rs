@@ -226,6 +226,9 @@ impl TestHost {
 
     /// An HTTPS client trusting the host's TLS CA.
     pub fn http(&self) -> reqwest::Client {
+        // reqwest is built without a crypto provider, so that aws-lc-rs is the one TLS stack
+        // (its default features would link ring too): make aws-lc-rs the process default.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let ca = must(
             reqwest::Certificate::from_pem(self.trust.tls_ca_pem.as_bytes()),
             "CA",

@@ -820,3 +820,147 @@ async fn tpm_an_approval_is_taken_only_by_the_approved_ek() {
         host.stop().await;
     }
 }
+
+/// A token join on a machine with a TPM makes the node key there (the seed's "every new node
+/// key is made in the TPM when there is one"); the same join without a TPM, or with one that
+/// cannot hold the key, makes a file key; doctor reports which (a file key on a host with a
+/// TPM is a warning), and the next renewal moves a file key into the TPM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpm_a_token_join_makes_the_node_key_in_the_tpm_when_there_is_one() {
+    let ca = LocalCa::new().unwrap();
+    let m = Machine::new(&ca);
+    let host = TestHost::start(Backend::Sqlite).await;
+    let (url, trust) = (host.url(), host.trust.clone());
+    let token_join = |key: NodeKey| {
+        let (url, trust, host) = (url.clone(), trust.clone(), &host);
+        async move {
+            let token = host.create_token("node", 1).await;
+            let joined = join(
+                &JoinClient::new(&url, &trust).unwrap(),
+                &trust,
+                &mut gatehouse_agent::TokenProducer::new(Role::Node),
+                Some(&token),
+                &key,
+                &options(),
+            )
+            .await
+            .unwrap();
+            (key, joined)
+        }
+    };
+
+    // With the TPM: the key is in it, node.key holds only its record.
+    let with = tempfile::tempdir().unwrap();
+    let (key, joined) = token_join(NodeKey::generate_for_host(Some(&m.tpm)).unwrap()).await;
+    assert!(key.in_tpm());
+    write_identity(with.path(), &key, &joined).unwrap();
+    let status = gatehouse_agent::status(with.path(), 0).unwrap();
+    assert_eq!(status.node_key, gatehouse_agent::KeyPlace::Tpm);
+    assert_eq!(status.ak_statement, None, "a token join proves no AK");
+    let checks = doctor(with.path(), Some(&m.tpm));
+    assert!(checks.iter().all(|c| c.ok && !c.warn), "{checks:?}");
+    assert!(
+        checks[0]
+            .to_string()
+            .starts_with("ok   node key: in the TPM"),
+        "{}",
+        checks[0]
+    );
+
+    // Without a TPM: a file key; doctor with the TPM present warns, and says why.
+    let without = tempfile::tempdir().unwrap();
+    let (key, joined) = token_join(NodeKey::generate_for_host(None).unwrap()).await;
+    assert!(!key.in_tpm());
+    write_identity(without.path(), &key, &joined).unwrap();
+    assert_eq!(
+        gatehouse_agent::status(without.path(), 0).unwrap().node_key,
+        gatehouse_agent::KeyPlace::File
+    );
+    let checks = doctor(without.path(), Some(&m.tpm));
+    assert!(
+        checks.iter().all(|c| c.ok),
+        "a warning does not fail: {checks:?}"
+    );
+    assert!(checks[0].warn, "{checks:?}");
+    assert!(
+        checks[0].to_string().starts_with("warn node key: a file")
+            && checks[0]
+                .detail
+                .contains("the next renewal moves it into the TPM"),
+        "{}",
+        checks[0]
+    );
+    if !gatehouse_agent::host_has_tpm() {
+        let checks = doctor(without.path(), None);
+        assert!(!checks[0].warn, "no TPM on this host: {checks:?}");
+        assert!(
+            checks[0].detail.contains("this host has no TPM"),
+            "{}",
+            checks[0]
+        );
+    }
+
+    // The next renewal with the TPM moves the file key into it.
+    let lifecycle = Lifecycle::new(
+        &url,
+        trust.clone(),
+        without.path().into(),
+        RenewPolicy::default(),
+    )
+    .with_tpm(m.tpm.clone());
+    let current = load_identity_with(without.path(), Some(&m.tpm)).unwrap();
+    lifecycle.attempt(Action::Renew, current).await.unwrap();
+    assert_eq!(
+        gatehouse_agent::status(without.path(), 0).unwrap().node_key,
+        gatehouse_agent::KeyPlace::Tpm
+    );
+    let checks = doctor(without.path(), Some(&m.tpm));
+    assert!(checks.iter().all(|c| c.ok && !c.warn), "{checks:?}");
+
+    // A TPM that cannot hold the key (here: gone) leaves a file key, with a warning logged.
+    let gone = Machine::new(&ca);
+    let tpm = gone.tpm.clone();
+    drop(gone);
+    let key = NodeKey::generate_for_host(Some(&tpm)).unwrap();
+    assert!(!key.in_tpm());
+    host.stop().await;
+}
+
+/// The unprivileged agent renews a certified tpm join's certificate through
+/// `gatehouse-agent helper` (which alone opens the TPM): the identity loads, doctor passes and
+/// the renewal's next key is derived and certified by the AK in the helper, every answer
+/// checked by the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpm_the_unprivileged_agent_renews_through_the_helper() {
+    let ca = LocalCa::new().unwrap();
+    let m = Machine::new(&ca);
+    let host = host(Backend::Sqlite, config(&ca, &[&m], "refuse")).await;
+    // The join runs as root, on the TPM itself.
+    let (joined, key) = join_tpm(&host, &ca, &m).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_identity(dir.path(), &key, &joined).unwrap();
+
+    let socket = dir.path().join("helper.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let helper = tokio::spawn(gatehouse_agent::tpm::helper::serve(listener, m.tpm.clone()));
+    let through = Tpm::through_helper(&socket);
+    let loaded = load_identity_with(dir.path(), Some(&through)).unwrap();
+    assert!(loaded.key.in_tpm());
+    let checks = doctor(dir.path(), Some(&through));
+    assert!(checks.iter().all(|c| c.ok && !c.warn), "{checks:?}");
+    let lifecycle = Lifecycle::new(
+        &host.url(),
+        host.trust.clone(),
+        dir.path().to_owned(),
+        RenewPolicy::default(),
+    )
+    .with_tpm(through.clone());
+    let renewed = lifecycle.attempt(Action::Renew, loaded).await.unwrap();
+    assert_eq!(renewed.node_id, joined.node_id);
+    let after = load_identity_with(dir.path(), Some(&m.tpm)).unwrap();
+    assert!(after.key.in_tpm());
+    assert_ne!(after.key.spki_der(), key.spki_der());
+    assert!(renew_refusals(&host).await.is_empty());
+    helper.abort();
+    host.stop().await;
+}

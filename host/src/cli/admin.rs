@@ -191,6 +191,9 @@ impl Client {
             .with_context(|| format!("reading {}", key_path.display()))?
             .trim()
             .to_owned();
+        // reqwest is built without a crypto provider, so that aws-lc-rs is the one TLS stack
+        // (its default features would link ring too): make aws-lc-rs the process default.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let http = reqwest::Client::builder()
             .use_rustls_tls()
             .tls_built_in_root_certs(false)

@@ -5,21 +5,37 @@
 use std::path::Path;
 
 use crate::identity::{KEY_FILE, load_identity_with};
+use crate::status::KeyPlace;
+
+/// The device node of the host's TPM (the kernel's resource manager): a host where it exists
+/// has a TPM, and every new node key belongs there.
+pub const TPM_DEVICE: &str = "/dev/tpmrm0";
+
+/// Whether this host has a TPM the node key could live in.
+pub fn host_has_tpm() -> bool {
+    Path::new(TPM_DEVICE).exists()
+}
 
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     /// What was checked: `node key`, `identity`, `attestation key`.
     pub name: &'static str,
-    /// Whether it is fine.
+    /// Whether it is fine (a warning is fine: it does not fail `doctor`).
     pub ok: bool,
+    /// Whether it is fine but deserves attention (a file key on a host with a TPM).
+    pub warn: bool,
     /// What was found, for people.
     pub detail: String,
 }
 
 impl std::fmt::Display for Check {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mark = if self.ok { "ok  " } else { "FAIL" };
+        let mark = match (self.ok, self.warn) {
+            (false, _) => "FAIL",
+            (true, true) => "warn",
+            (true, false) => "ok  ",
+        };
         write!(f, "{mark} {}: {}", self.name, self.detail)
     }
 }
@@ -38,6 +54,7 @@ pub fn doctor(
             checks.push(Check {
                 name: "node key",
                 ok: false,
+                warn: false,
                 detail: format!(
                     "{}: {e}; join first: gatehouse-agent join",
                     key_path.display()
@@ -46,26 +63,30 @@ pub fn doctor(
             return checks;
         }
     };
-    #[cfg(feature = "tpm")]
-    let in_tpm = crate::tpm::is_record(&text);
-    #[cfg(not(feature = "tpm"))]
-    let in_tpm = text.contains("BCD TPM NODE KEY");
+    let in_tpm = KeyPlace::of_file_text(&text) == KeyPlace::Tpm;
+    let host_tpm = tpm.is_some() || host_has_tpm();
     checks.push(Check {
         name: "node key",
         ok: true,
-        detail: if in_tpm {
-            format!(
+        warn: !in_tpm && host_tpm,
+        detail: match (in_tpm, host_tpm) {
+            (true, _) => format!(
                 "in the TPM ({} holds only the record it is derived from)",
                 key_path.display()
-            )
-        } else {
-            format!("a file ({})", key_path.display())
+            ),
+            (false, true) => format!(
+                "a file ({}) on a host with a TPM: the next renewal moves it into the TPM \
+                 (through gatehouse-agent helper when the agent runs unprivileged)",
+                key_path.display()
+            ),
+            (false, false) => format!("a file ({}); this host has no TPM", key_path.display()),
         },
     });
     if in_tpm && tpm.is_none() {
         checks.push(Check {
             name: "identity",
             ok: false,
+            warn: false,
             detail: "the node key is in the TPM and no TPM could be opened (--tpm)".into(),
         });
         return checks;
@@ -76,6 +97,7 @@ pub fn doctor(
             checks.push(Check {
                 name: "identity",
                 ok: false,
+                warn: false,
                 detail: e.to_string(),
             });
             return checks;
@@ -84,6 +106,7 @@ pub fn doctor(
     checks.push(Check {
         name: "identity",
         ok: true,
+        warn: false,
         detail: format!(
             "node {} ({}); the node key loads and is the one node.crt certifies",
             loaded.identity.node_id, loaded.identity.spiffe_id
@@ -97,11 +120,13 @@ pub fn doctor(
             Some(Ok(ak)) if crate::tpm::tpm_name(&ak) == name => Check {
                 name: "attestation key",
                 ok: true,
+                warn: false,
                 detail: format!("the TPM holds the AK the certificate names ({statement})"),
             },
             Some(Ok(_)) => Check {
                 name: "attestation key",
                 ok: false,
+                warn: false,
                 detail: format!(
                     "the TPM's AK is not the one the certificate names ({statement}): another \
                      TPM, or its endorsement seed changed; renewals will fail. Delete the old \
@@ -111,11 +136,13 @@ pub fn doctor(
             Some(Err(e)) => Check {
                 name: "attestation key",
                 ok: false,
+                warn: false,
                 detail: e.to_string(),
             },
             None => Check {
                 name: "attestation key",
                 ok: false,
+                warn: false,
                 detail: format!("the certificate names {statement}; no TPM to check it (--tpm)"),
             },
         };
@@ -123,6 +150,7 @@ pub fn doctor(
         let check = Check {
             name: "attestation key",
             ok: false,
+            warn: false,
             detail: format!("the certificate names {statement}; built without TPM support"),
         };
         checks.push(check);

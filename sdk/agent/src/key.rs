@@ -88,6 +88,28 @@ impl NodeKey {
         Ok(Self::Tpm(crate::tpm::TpmNodeKey::generate(tpm)?))
     }
 
+    /// A new node key where this host keeps them: in `tpm` when there is one, else a file
+    /// key. When the TPM cannot make the key, the reason is logged as a warning and a file key
+    /// is made instead (a later renewal moves it into the TPM); callers whose certificate
+    /// names an AK must use [`NodeKey::generate_in`], which has no fallback.
+    pub fn generate_for_host(
+        #[cfg(feature = "tpm")] tpm: Option<&crate::tpm::Tpm>,
+        #[cfg(not(feature = "tpm"))] _tpm: Option<std::convert::Infallible>,
+    ) -> Result<Self, KeyError> {
+        #[cfg(feature = "tpm")]
+        if let Some(tpm) = tpm {
+            match Self::generate_in(tpm) {
+                Ok(key) => return Ok(key),
+                Err(e) => tracing::warn!(
+                    tcti = tpm.tcti(),
+                    error = %e,
+                    "the TPM cannot hold the node key; making a file key instead"
+                ),
+            }
+        }
+        Self::generate()
+    }
+
     /// Loads a PKCS#8 PEM P-256 key written by [`NodeKey::save`]; a TPM key record is refused
     /// ([`KeyError::NeedsTpm`]).
     pub fn load(path: &Path) -> Result<Self, KeyError> {

@@ -16,6 +16,7 @@ mod client;
 mod cloud_iid;
 mod doctor;
 mod identity;
+pub mod install_script;
 mod key;
 mod lifecycle;
 mod producer;
@@ -23,6 +24,7 @@ mod ramdisk;
 mod renew;
 mod reset;
 mod site;
+mod status;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod testutil;
@@ -36,7 +38,7 @@ pub use client::{
     JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
 };
 pub use cloud_iid::{CloudIidProducer, DocumentError};
-pub use doctor::{Check, doctor};
+pub use doctor::{Check, TPM_DEVICE, doctor, host_has_tpm};
 pub use identity::{
     CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, LoadedIdentity, NEXT_KEY_FILE,
     TPM_CLEARED_HINT, commit_next, ensure_no_identity, load_identity, load_identity_with,
@@ -54,5 +56,6 @@ pub use ramdisk::{
 pub use renew::{Attester, RenewClient, RenewError};
 pub use reset::{IDENTITY_FILES, ResetMove, apply_reset, plan_reset, utc_stamp};
 pub use site::{BootEntry, SiteClient, SiteError, SiteLoop, boot_lease_name, cmdline_file_name};
+pub use status::{KeyPlace, Status, status};
 pub use verify::{ResponseError, Verified, verify_response};
 pub use x509pop::{X509POP, X509popProducer};

@@ -15,7 +15,17 @@
 //!    new CSR, which keeps the node id and raises its identity generation;
 //! 5. a failed attempt is logged as `renewal failed` (fields `attempt`, `expiresIn`) and
 //!    retried after an exponential backoff, from [`RenewPolicy::backoff_min`] doubling up to
-//!    [`RenewPolicy::backoff_max`], never past the certificate's expiry.
+//!    [`RenewPolicy::backoff_max`], never past the certificate's expiry, each wait shortened
+//!    by a random part of up to [`RenewPolicy::jitter`] so that a fleet cut off together does
+//!    not come back in step;
+//! 6. a certificate that can no longer renew or re-join stops the loop with
+//!    [`LifecycleError::CannotRejoin`], which carries the recovery command
+//!    (`gatehouse-agent join --reset --yes …`): the host refused an x509pop re-join (revoked,
+//!    superseded, retired, past the grace), the certificate expired longer than
+//!    [`RenewPolicy::rejoin_grace`] ago, or it expired naming a TPM attestation key (which an
+//!    x509pop proof cannot prove) or as a role that never re-joins (a ramdisk). A refused
+//!    renewal is not final by itself (the host's clock may be ahead): it is followed by an
+//!    x509pop re-join at once, whose refusal is.
 //!
 //! The loop stops when its stop future completes, at any await point: a renewal cut off
 //! before [`commit_next`] leaves the old identity (and a stale node.key.next) in place.
@@ -50,15 +60,24 @@ pub struct RenewPolicy {
     pub backoff_min: Duration,
     /// The longest wait between two attempts.
     pub backoff_max: Duration,
+    /// The largest fraction of a backoff taken off at random (0 = none, 0.5 = "equal
+    /// jitter": each wait lies between half and all of its backoff).
+    pub jitter: f64,
+    /// How long after its expiry a certificate may still re-join with x509pop (the host's
+    /// grace, 7 days by default); past it the loop stops.
+    pub rejoin_grace: Duration,
 }
 
 impl Default for RenewPolicy {
-    /// Renew with a third of the lifetime left; back off from 30 s to 10 min.
+    /// Renew with a third of the lifetime left; back off from 30 s to 10 min with equal
+    /// jitter; re-join up to 7 days after the expiry.
     fn default() -> Self {
         Self {
             renew_when_left: 1.0 / 3.0,
             backoff_min: Duration::from_secs(30),
             backoff_max: Duration::from_secs(600),
+            jitter: 0.5,
+            rejoin_grace: Duration::from_secs(7 * 86_400),
         }
     }
 }
@@ -70,6 +89,12 @@ impl RenewPolicy {
         if !(f > 0.0 && f <= 1.0) {
             return Err(LifecycleError::Policy(format!(
                 "renew-when-left must be in (0, 1], not {f}"
+            )));
+        }
+        if !(0.0..1.0).contains(&self.jitter) {
+            return Err(LifecycleError::Policy(format!(
+                "the jitter must be in [0, 1), not {}",
+                self.jitter
             )));
         }
         if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
@@ -88,6 +113,22 @@ impl RenewPolicy {
         self.backoff_min
             .saturating_mul(1u32 << doublings)
             .min(self.backoff_max)
+    }
+
+    /// `wait` less a part of up to [`RenewPolicy::jitter`] of it, chosen by `random` in
+    /// [0, 1).
+    pub fn jittered(&self, wait: Duration, random: f64) -> Duration {
+        let cut = (self.jitter * random.clamp(0.0, 1.0)).clamp(0.0, 1.0);
+        wait.mul_f64(1.0 - cut)
+    }
+}
+
+/// A uniform random number in [0, 1) from the system's generator (0 if it fails: no jitter).
+fn unit_random() -> f64 {
+    let mut b = [0u8; 4];
+    match aws_lc_rs::rand::fill(&mut b) {
+        Ok(()) => f64::from(u32::from_be_bytes(b)) / (f64::from(u32::MAX) + 1.0),
+        Err(_) => 0.0,
     }
 }
 
@@ -155,6 +196,8 @@ pub struct Schedule {
     failures: u32,
     /// After a failure: the action that failed and when to try it again (ms).
     retry: Option<(Action, i64)>,
+    /// The host refused a renewal: the next attempt is an x509pop re-join, at once.
+    rejoin_next: bool,
 }
 
 impl Schedule {
@@ -164,6 +207,7 @@ impl Schedule {
             policy,
             failures: 0,
             retry: None,
+            rejoin_next: false,
         }
     }
 
@@ -173,7 +217,7 @@ impl Schedule {
     /// sense); from the expiry on it is a re-join, due at once, or after a failed one at its
     /// backoff.
     pub fn step(&self, now_ms: i64, validity: Validity) -> Step {
-        let action = if now_ms >= validity.not_after_ms {
+        let action = if self.rejoin_next || now_ms >= validity.not_after_ms {
             Action::Rejoin
         } else {
             Action::Renew
@@ -199,11 +243,18 @@ impl Schedule {
     /// Records that `action` failed at `now_ms`; returns its attempt number (1 for the first
     /// failure of this action in a row) and the wait before the next.
     pub fn failed(&mut self, action: Action, now_ms: i64) -> (u32, Duration) {
+        self.failed_with(action, now_ms, unit_random())
+    }
+
+    /// [`Schedule::failed`] with the jitter's random number given (in [0, 1)).
+    pub fn failed_with(&mut self, action: Action, now_ms: i64, random: f64) -> (u32, Duration) {
         if self.retry.is_some_and(|(a, _)| a != action) {
             self.failures = 0;
         }
         self.failures = self.failures.saturating_add(1);
-        let wait = self.policy.backoff(self.failures);
+        let wait = self
+            .policy
+            .jittered(self.policy.backoff(self.failures), random);
         let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
         self.retry = Some((action, now_ms.saturating_add(wait_ms)));
         (self.failures, wait)
@@ -213,6 +264,16 @@ impl Schedule {
     pub fn succeeded(&mut self) {
         self.failures = 0;
         self.retry = None;
+        self.rejoin_next = false;
+    }
+
+    /// Records that the host refused a renewal: re-join with x509pop at once, and keep to
+    /// re-joins (with their backoff) until one succeeds (a certificate the host still knows
+    /// re-joins; one it revoked is refused again, and that is final).
+    pub fn renewal_refused(&mut self) {
+        self.rejoin_next = true;
+        self.retry = None;
+        self.failures = 0;
     }
 }
 
@@ -226,6 +287,17 @@ pub enum LifecycleError {
     /// The identity could not be loaded (none yet, moved aside, or corrupt).
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    /// The certificate can no longer renew or re-join: retrying cannot help, the machine
+    /// must join again.
+    #[error("node {node_id} can no longer renew or re-join: {reason}; recover with: {recovery}")]
+    CannotRejoin {
+        /// The node.
+        node_id: String,
+        /// Why.
+        reason: String,
+        /// The command that joins the machine again.
+        recovery: String,
+    },
 }
 
 /// Why one attempt failed; the loop logs it and retries.
@@ -304,6 +376,7 @@ pub struct Lifecycle {
     options: JoinOptions,
     events: Option<UnboundedSender<LifecycleEvent>>,
     clock: Clock,
+    trust_file: Option<PathBuf>,
     #[cfg(feature = "tpm")]
     tpm: Option<crate::tpm::Tpm>,
 }
@@ -330,6 +403,7 @@ impl Lifecycle {
             options: JoinOptions::default(),
             events: None,
             clock: Arc::new(now_ms),
+            trust_file: None,
             #[cfg(feature = "tpm")]
             tpm: None,
         }
@@ -351,13 +425,89 @@ impl Lifecycle {
         return load_identity_with(&self.dir, None);
     }
 
-    /// The next node key: in the TPM when there is one.
-    fn next_key(&self) -> Result<NodeKey, KeyError> {
+    /// The next node key: in the TPM when there is one (a file key with a warning where the
+    /// TPM cannot hold it), except that a certificate naming an AK gets a TPM key or none.
+    fn next_key(&self, names_ak: bool) -> Result<NodeKey, KeyError> {
         #[cfg(feature = "tpm")]
-        if let Some(tpm) = &self.tpm {
-            return NodeKey::generate_in(tpm);
+        {
+            match (&self.tpm, names_ak) {
+                (Some(tpm), true) => NodeKey::generate_in(tpm),
+                (tpm, _) => NodeKey::generate_for_host(tpm.as_ref()),
+            }
         }
-        NodeKey::generate()
+        #[cfg(not(feature = "tpm"))]
+        {
+            let _ = names_ak;
+            NodeKey::generate()
+        }
+    }
+
+    /// Names the join trust file in the recovery command the loop prints when it stops.
+    pub fn with_trust_file(mut self, path: PathBuf) -> Self {
+        self.trust_file = Some(path);
+        self
+    }
+
+    /// The command that joins this machine again after its certificate became unusable:
+    /// with its TPM when the certificate names an AK, else with a new join token.
+    pub fn recovery_command(&self, names_ak: bool) -> String {
+        let ca = self
+            .trust_file
+            .as_ref()
+            .map_or_else(|| "TRUST.json".to_owned(), |p| p.display().to_string());
+        let credential = if names_ak {
+            "--attestor tpm"
+        } else {
+            "--token-file NEW-TOKEN"
+        };
+        format!(
+            "gatehouse-agent join --reset --yes --server {} --ca {ca} --out {} {credential}",
+            self.server,
+            self.dir.display()
+        )
+    }
+
+    /// Why `loaded` can no longer re-join at `now_ms`, checked before an x509pop attempt: it
+    /// names a TPM key, its role never re-joins, or it is past the grace.
+    fn cannot_rejoin(&self, loaded: &LoadedIdentity, now_ms: i64) -> Option<String> {
+        let leaf = loaded.chain.first().map_or(&[][..], |c| c);
+        if crate::cert::ak_name(leaf).is_some() {
+            return Some(
+                "the certificate names a TPM attestation key, which an x509pop re-join cannot \
+                 prove"
+                    .into(),
+            );
+        }
+        if loaded.cert.rejoin_role().is_none() {
+            return Some(format!(
+                "a {} certificate never re-joins with x509pop",
+                loaded.cert.role
+            ));
+        }
+        let grace = i64::try_from(self.policy.rejoin_grace.as_millis()).unwrap_or(i64::MAX);
+        if now_ms > loaded.cert.not_after_ms.saturating_add(grace) {
+            return Some(format!(
+                "the certificate expired more than {} ago, past x509pop's grace",
+                humantime::format_duration(self.policy.rejoin_grace)
+            ));
+        }
+        None
+    }
+
+    /// The loop's end for a certificate that can no longer renew or re-join, logged.
+    fn stop_for(&self, node_id: String, names_ak: bool, reason: String) -> LifecycleError {
+        let recovery = self.recovery_command(names_ak);
+        tracing::error!(
+            node_id = %node_id,
+            reason = %reason,
+            recovery = %recovery,
+            "the certificate can no longer renew or re-join; stopping"
+        );
+        LifecycleError::CannotRejoin {
+            node_id,
+            reason,
+            recovery,
+        }
     }
 
     /// What an x509pop re-join sends besides its evidence (claims), and its loop's knobs.
@@ -378,8 +528,9 @@ impl Lifecycle {
         self
     }
 
-    /// Runs until `stop` completes (then `Ok`), or until the identity cannot be loaded.
-    /// Failed attempts never end the loop: they are logged and retried.
+    /// Runs until `stop` completes (then `Ok`), until the identity cannot be loaded, or until
+    /// the certificate can no longer renew or re-join ([`LifecycleError::CannotRejoin`]).
+    /// Other failed attempts (the host unreachable, a TPM error) are logged and retried.
     pub async fn run(&self, stop: impl Future<Output = ()>) -> Result<(), LifecycleError> {
         self.policy.validate()?;
         let mut schedule = Schedule::new(self.policy.clone());
@@ -396,14 +547,48 @@ impl Lifecycle {
                 }
                 Step::Act(action) => {
                     let node_id = loaded.identity.node_id.clone();
+                    let names_ak =
+                        crate::cert::ak_name(loaded.chain.first().map_or(&[][..], |c| c)).is_some();
+                    if action == Action::Rejoin
+                        && let Some(reason) = self.cannot_rejoin(&loaded, (self.clock)())
+                    {
+                        return Err(self.stop_for(node_id, names_ak, reason));
+                    }
                     let result = tokio::select! {
                         () = &mut stop => return Ok(()),
                         r = self.attempt(action, loaded) => r,
                     };
+                    let refused = matches!(
+                        &result,
+                        Err(AttemptError::Renew(RenewError::Denied))
+                            | Err(AttemptError::Rejoin(JoinError::Denied))
+                    );
+                    if refused && (action == Action::Rejoin || names_ak) {
+                        let reason = match action {
+                            Action::Rejoin => {
+                                "the host refused the x509pop re-join (revoked, \
+                                               superseded, retired or past the grace)"
+                            }
+                            Action::Renew => {
+                                "the host refused the renewal, and the \
+                                              certificate names a TPM attestation key, which \
+                                              an x509pop re-join cannot prove"
+                            }
+                        };
+                        return Err(self.stop_for(node_id, names_ak, reason.to_owned()));
+                    }
                     match result {
                         Ok(identity) => {
                             schedule.succeeded();
                             self.report_success(action, &identity);
+                        }
+                        Err(e) if refused => {
+                            tracing::warn!(
+                                node_id = %node_id,
+                                error = %e,
+                                "the host refused the renewal; re-joining with x509pop"
+                            );
+                            schedule.renewal_refused();
                         }
                         Err(e) => {
                             let now = (self.clock)();
@@ -437,9 +622,9 @@ impl Lifecycle {
         action: Action,
         current: LoadedIdentity,
     ) -> Result<Identity, AttemptError> {
-        let next = self.next_key()?;
         let node_id = current.identity.node_id.clone();
         let ak_name = crate::cert::ak_name(current.chain.first().map_or(&[][..], |c| c));
+        let next = self.next_key(ak_name.is_some())?;
         #[cfg(feature = "tpm")]
         let attester = match (&ak_name, &self.tpm, &next) {
             (None, _, _) => None,

@@ -42,6 +42,123 @@ enum Command {
     /// node certificate certifies, and whether the TPM holds the attestation key the
     /// certificate names. Exits 1 when a check fails.
     Doctor(DoctorArgs),
+    /// Prints the identity line: node, role, certificate expiry, node key in the TPM or a
+    /// file, the AK statement (`--json`: one JSON object). Reads the files only; exits 1 when
+    /// there is no identity.
+    Status(StatusArgs),
+    /// The TPM helper (as root): holds the TPM connection and offers an unprivileged agent
+    /// only AK, node key derive, certify and sign over a local Unix socket. Runs until SIGINT
+    /// or SIGTERM.
+    Helper(HelperArgs),
+    /// Writes a shell script that installs or upgrades the agent on a machine: the binary, the
+    /// trust file, the systemd units (agent, TPM helper), the join, and a (re)start of the
+    /// units.
+    InstallScript(InstallScriptArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct InstallScriptArgs {
+    /// The host's URL the machines join.
+    #[arg(long)]
+    server: String,
+    /// The join trust file, embedded in the script.
+    #[arg(long, value_name = "FILE")]
+    ca: PathBuf,
+    /// The attestor: `tpm` (no token is read; the script fails early without a TPM device),
+    /// or one that admits on a token, user data or a cloud document.
+    #[arg(long, value_name = "ID")]
+    attestor: Option<String>,
+    /// Join with the provisioned token in the user data at this path on the machine.
+    #[arg(long, value_name = "FILE")]
+    userdata: Option<String>,
+    /// Join with the cloud identity document at this path on the machine.
+    #[arg(long, value_name = "FILE", conflicts_with = "userdata")]
+    document_file: Option<String>,
+    /// The document's provider (aws, gcp, azure, oidc).
+    #[arg(long, requires = "document_file", value_parser = parse_provider)]
+    provider: Option<Provider>,
+    /// AWS: the pkcs7 signature file on the machine.
+    #[arg(long, value_name = "FILE", requires = "document_file")]
+    signature_file: Option<String>,
+    /// Where the script fetches the binary (https) when GATEHOUSE_AGENT_BIN is not set.
+    #[arg(long, value_name = "URL")]
+    binary_url: Option<String>,
+    /// The unprivileged user the agent runs as.
+    #[arg(long, default_value = "gatehouse-agent")]
+    user: String,
+    /// Write the script here (mode 0755) instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+fn run_install_script(args: InstallScriptArgs) -> Result<(), Failure> {
+    use gatehouse_agent::install_script::{InstallJoin, InstallOptions, render};
+    let trust_json = read(&args.ca)?;
+    read_trust(&args.ca)?;
+    let is_tpm = args.attestor.as_deref() == Some(TPM);
+    let join = match (&args.userdata, &args.document_file, is_tpm) {
+        (None, None, true) => InstallJoin::Tpm,
+        (_, _, true) => {
+            return Err(usage(anyhow::anyhow!(
+                "--attestor tpm reads no token, user data or document"
+            )));
+        }
+        (Some(path), None, false) => InstallJoin::Userdata(path.clone()),
+        (None, Some(document), false) => InstallJoin::Document {
+            document: document.clone(),
+            provider: args.provider.map(|p| p.as_str().to_owned()),
+            signature: args.signature_file.clone(),
+        },
+        (None, None, false) => InstallJoin::Token,
+        (Some(_), Some(_), false) => {
+            return Err(usage(anyhow::anyhow!(
+                "--userdata and --document-file exclude each other"
+            )));
+        }
+    };
+    let script = render(&InstallOptions {
+        server: args.server,
+        trust_json,
+        join,
+        attestor: args.attestor,
+        binary_url: args.binary_url,
+        user: args.user,
+    });
+    match &args.out {
+        Some(path) => {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::write(path, &script)
+                .and_then(|()| {
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+                })
+                .with_context(|| path.display().to_string())
+                .map_err(Failure::Join)?;
+        }
+        None => print!("{script}"),
+    }
+    Ok(())
+}
+
+#[derive(Debug, clap::Args)]
+struct HelperArgs {
+    /// The socket to listen on (created mode 0660: give the agent's group access to it, e.g.
+    /// with the unit's Group=).
+    #[arg(long, value_name = "PATH", default_value = gatehouse_agent::tpm::helper::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// The TPM's TCTI.
+    #[arg(long, value_name = "TCTI", default_value = gatehouse_agent::tpm::DEFAULT_TCTI)]
+    tpm: String,
+}
+
+#[derive(Debug, clap::Args)]
+struct StatusArgs {
+    /// The identity directory.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// Print JSON: nodeId, role, spiffeId, serial, notAfter (ms), expired, nodeKey (tpm or
+    /// file), akStatement, attestor.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,9 +166,14 @@ struct DoctorArgs {
     /// The identity directory.
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
-    /// The TPM's TCTI (default: device:/dev/tpmrm0 when the node key is in the TPM).
-    #[arg(long, value_name = "TCTI")]
+    /// The TPM's TCTI (default: device:/dev/tpmrm0 when the node key is in the TPM, the
+    /// certificate names an AK or the device exists).
+    #[arg(long, value_name = "TCTI", conflicts_with = "helper")]
     tpm: Option<String>,
+    /// Reach the TPM through `gatehouse-agent helper` on this socket, as the unprivileged
+    /// agent does; the check then fails when this user can open the TPM device itself.
+    #[arg(long, value_name = "SOCKET")]
+    helper: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -129,9 +251,30 @@ struct RunArgs {
     #[arg(long, value_name = "UUID", value_parser = parse_uuid)]
     product_uuid: Option<String>,
     /// The TPM's TCTI, e.g. device:/dev/tpmrm0 or swtpm:host=127.0.0.1,port=2321 (default:
-    /// device:/dev/tpmrm0 when the node key is in the TPM or the certificate names an AK).
-    #[arg(long, value_name = "TCTI")]
+    /// device:/dev/tpmrm0 when the node key is in the TPM, the certificate names an AK, or the
+    /// device exists: the next renewal then moves a file key into the TPM). `none`: no TPM.
+    #[arg(long, value_name = "TCTI", conflicts_with = "helper")]
     tpm: Option<String>,
+    /// Run unprivileged: never open the TPM, reach it through `gatehouse-agent helper` on
+    /// this socket (node keys derived, certified and used there, every answer checked).
+    #[arg(long, value_name = "SOCKET")]
+    helper: Option<PathBuf>,
+    /// The wait after a failed attempt is shortened by a random part of up to this fraction
+    /// of it, so that a fleet does not retry in step.
+    #[arg(long, value_name = "FRACTION", default_value = "0.5", value_parser = parse_jitter)]
+    jitter: f64,
+    /// How long after its expiry the certificate may still re-join with x509pop (the host's
+    /// grace); past it the loop stops with the recovery command.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+    rejoin_grace: Duration,
+}
+
+/// A jitter fraction in [0, 1).
+fn parse_jitter(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s} is not a fraction in [0, 1) like 0.5")),
+    }
 }
 
 /// A fraction in (0, 1], written `0.5` or `1/3`.
@@ -200,10 +343,11 @@ struct JoinArgs {
     /// TPM is the credential; the node key is made in the TPM).
     #[arg(long, value_name = "ID", default_value = JOIN_TOKEN)]
     attestor: String,
-    /// With --attestor tpm: the TPM's TCTI (device:/dev/tpmrm0 on a host,
-    /// swtpm:host=127.0.0.1,port=N for a software TPM).
-    #[arg(long, value_name = "TCTI", default_value = gatehouse_agent::tpm::DEFAULT_TCTI)]
-    tpm: String,
+    /// The TPM's TCTI (device:/dev/tpmrm0 on a host, swtpm:host=127.0.0.1,port=N for a
+    /// software TPM): the node key is made there for every join. Default: device:/dev/tpmrm0
+    /// when it exists (always with --attestor tpm), else a file key. `none`: a file key.
+    #[arg(long, value_name = "TCTI")]
+    tpm: Option<String>,
     /// With --attestor tpm: intermediate CA certificates (PEM) between the EK certificate and
     /// the attestor's ekRoots, sent with the EK certificate.
     #[arg(long, value_name = "FILE")]
@@ -262,13 +406,23 @@ fn parse_uuid(s: &str) -> Result<String, String> {
     Ok(s.to_ascii_lowercase())
 }
 
-/// How a run failed: the exit code tells a bad invocation from a failed join.
+/// How a run failed: the exit code tells a bad invocation, a refusal, an unreachable host and
+/// a host that is not the pinned one apart (README: exit codes).
 #[derive(Debug)]
 enum Failure {
     /// The command line or the files it names are unusable (exit 2).
     Usage(anyhow::Error),
-    /// The join failed or was refused, or the renewal loop could not go on (exit 1).
+    /// The join failed for another reason (a TPM error, an identity that could not be
+    /// written), or the renewal loop could not go on (exit 1).
     Join(anyhow::Error),
+    /// The host refused: a join answered ACCESS_DENIED, or `run` found that the certificate
+    /// can no longer renew or re-join (exit 3).
+    Refused(anyhow::Error),
+    /// The host could not be reached, timed out or failed (HTTP 5xx) (exit 4).
+    Unreachable(anyhow::Error),
+    /// The host is not the one the trust file pins: its TLS certificate is not from the
+    /// pinned CA, or its answer is not signed by the pinned key or does not verify (exit 5).
+    Trust(anyhow::Error),
     /// `--reset` without `--yes`: nothing was done (exit 2).
     Unconfirmed,
     /// `doctor` found a failing check (exit 1); the checks were printed.
@@ -280,7 +434,46 @@ impl Failure {
         match self {
             Failure::Join(_) | Failure::Checks => 1,
             Failure::Usage(_) | Failure::Unconfirmed => 2,
+            Failure::Refused(_) => 3,
+            Failure::Unreachable(_) => 4,
+            Failure::Trust(_) => 5,
         }
+    }
+}
+
+/// Whether `e` (a transport error) failed because the server's certificate did not verify
+/// against the pinned CA.
+fn is_tls_trust_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return matches!(
+                tls,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            );
+        }
+        // io::Error's source() skips the error it wraps; look inside it.
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
+            && is_tls_trust_error(inner)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// The failure (and exit code) of a failed join or renewal exchange.
+fn join_failure(e: gatehouse_agent::JoinError) -> Failure {
+    use gatehouse_agent::JoinError;
+    match &e {
+        JoinError::Denied => Failure::Refused(e.into()),
+        JoinError::Transport(t) if is_tls_trust_error(t) => Failure::Trust(e.into()),
+        JoinError::Transport(_) => Failure::Unreachable(e.into()),
+        JoinError::Host { status, .. } if *status >= 500 => Failure::Unreachable(e.into()),
+        JoinError::Response(_) => Failure::Trust(e.into()),
+        _ => Failure::Join(e.into()),
     }
 }
 
@@ -348,6 +541,11 @@ fn credential(args: &JoinArgs) -> Result<Credential, Failure> {
                 "--token-file with --attestor tpm: the TPM is the credential, no token is read"
             )));
         }
+        if args.tpm.as_deref() == Some("none") {
+            return Err(usage(anyhow::anyhow!(
+                "--tpm none with --attestor tpm: the TPM is the credential"
+            )));
+        }
         return Ok(Credential::Tpm);
     }
     if let Some(document) = &args.document_file {
@@ -385,18 +583,62 @@ fn read_pem_chain(path: &Path) -> Result<Vec<Vec<u8>>, Failure> {
         .map_err(usage)
 }
 
+/// The TPM a new node key is made in: the one `--tpm` names (`none`: no TPM), else the
+/// host's when its device exists, else none. A TPM that cannot be opened is logged and the key
+/// made a file, except with `required` (a tpm join: the TPM is the credential).
+fn node_key_tpm(tcti: Option<&str>, required: bool) -> Result<Option<Tpm>, Failure> {
+    let tcti = match tcti {
+        Some("none") => return Ok(None),
+        Some(t) => t,
+        None if required || gatehouse_agent::host_has_tpm() => gatehouse_agent::tpm::DEFAULT_TCTI,
+        None => return Ok(None),
+    };
+    match Tpm::open(tcti) {
+        Ok(tpm) => Ok(Some(tpm)),
+        Err(e) if required => Err(Failure::Join(e.into())),
+        Err(e) => {
+            tracing::warn!(tcti, error = %e, "cannot open the TPM; the node key will be a file");
+            Ok(None)
+        }
+    }
+}
+
+/// What `join` finds in its directory before it joins.
+enum Existing {
+    /// Nothing (or nothing after a reset): join.
+    Nothing,
+    /// An identity that loads: the machine already joined as this node.
+    Joined(String),
+    /// Identity files that no longer load (why): they are moved aside, then the join runs.
+    Broken(String),
+}
+
+/// Looks at the identity in `dir`: whether the machine already joined, or what is there no
+/// longer loads. A node key in the TPM is derived in the TPM `tcti` names (or the host's);
+/// a TPM that cannot be opened stops the join, since the identity might still be good.
+fn existing_identity(dir: &Path, tcti: Option<&str>) -> Result<Existing, Failure> {
+    if ensure_no_identity(dir).is_ok() {
+        return Ok(Existing::Nothing);
+    }
+    let tpm = identity_tpm(dir, tcti.filter(|t| *t != "none"))?;
+    match load_identity_with(dir, tpm.as_ref()) {
+        Ok(loaded) => Ok(Existing::Joined(loaded.identity.node_id)),
+        Err(e) => Ok(Existing::Broken(e.to_string())),
+    }
+}
+
 async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     let trust = read_trust(&args.ca)?;
-    let credential = credential(&args)?;
-    let ek_chain = args
-        .ek_chain
-        .as_deref()
-        .map(read_pem_chain)
-        .transpose()?
-        .unwrap_or_default();
     let client = JoinClient::new(&args.server, &trust).map_err(usage)?;
-    // Only once the invocation is known to be usable: a reset is not undone when the join
-    // fails (a later plain join joins).
+    // With --reset the credential is read first, so that a reset happens only once the
+    // invocation is known to be usable (a reset is not undone when the join fails; a later
+    // plain join joins). Without, only once the machine is known not to have joined: an
+    // upgrade run of the install script has no token left to read.
+    let mut credential_read = if args.reset {
+        Some(credential(&args)?)
+    } else {
+        None
+    };
     if args.reset {
         reset(
             &args.out,
@@ -405,8 +647,32 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
             &mut std::io::stdout(),
         )?;
     }
-    // Before the join: a refused write must not follow a spent token.
+    // Before the join, and before any credential is used: a machine that already joined
+    // answers so (the install script runs this on every upgrade), and a refused write must
+    // not follow a spent token.
+    match existing_identity(&args.out, args.tpm.as_deref())? {
+        Existing::Nothing => {}
+        Existing::Joined(node_id) => {
+            println!("already joined as {node_id}");
+            return Ok(());
+        }
+        Existing::Broken(why) => {
+            tracing::warn!(dir = %args.out.display(), reason = %why,
+                "the identity no longer loads; moving it aside and joining again");
+            reset(&args.out, true, SystemTime::now(), &mut std::io::stdout())?;
+        }
+    }
     ensure_no_identity(&args.out).map_err(usage)?;
+    let credential = match credential_read.take() {
+        Some(c) => c,
+        None => credential(&args)?,
+    };
+    let ek_chain = args
+        .ek_chain
+        .as_deref()
+        .map(read_pem_chain)
+        .transpose()?
+        .unwrap_or_default();
     let options = JoinOptions {
         claims: Claims {
             macs: args.macs,
@@ -414,18 +680,36 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
         },
         ..JoinOptions::default()
     };
-    let join_failed = |e: gatehouse_agent::JoinError| Failure::Join(e.into());
-    let (key, joined) = match credential {
-        Credential::Token(token) => {
-            let key = NodeKey::generate().map_err(|e| Failure::Join(e.into()))?;
+    let is_tpm = matches!(credential, Credential::Tpm);
+    let tpm = node_key_tpm(args.tpm.as_deref(), is_tpm)?;
+    let (key, joined) = match (credential, tpm) {
+        (Credential::Tpm, Some(tpm)) => {
+            // The node key is made in the TPM; if it cannot be, the join stops rather than
+            // fall back to a file.
+            let node_key = TpmNodeKey::generate(&tpm).map_err(|e| Failure::Join(e.into()))?;
+            let mut producer =
+                TpmProducer::new(tpm, Some(node_key.clone())).with_ek_chain(ek_chain);
+            let key = NodeKey::Tpm(node_key);
+            let joined = join(&client, &trust, &mut producer, None, &key, &options)
+                .await
+                .map_err(join_failure)?;
+            (key, joined)
+        }
+        (Credential::Tpm, None) => {
+            return Err(usage(anyhow::anyhow!("--attestor tpm needs a TPM")));
+        }
+        (Credential::Token(token), tpm) => {
+            let key =
+                NodeKey::generate_for_host(tpm.as_ref()).map_err(|e| Failure::Join(e.into()))?;
             let mut producer = TokenProducer::for_attestor(&args.attestor, args.role);
             let joined = join(&client, &trust, &mut producer, Some(&token), &key, &options)
                 .await
-                .map_err(join_failed)?;
+                .map_err(join_failure)?;
             (key, joined)
         }
-        Credential::Document(evidence) => {
-            let key = NodeKey::generate().map_err(|e| Failure::Join(e.into()))?;
+        (Credential::Document(evidence), tpm) => {
+            let key =
+                NodeKey::generate_for_host(tpm.as_ref()).map_err(|e| Failure::Join(e.into()))?;
             // The default attestor takes tokens; a document is cloud-iid's.
             let attestor = if args.attestor == JOIN_TOKEN {
                 CLOUD_IID
@@ -435,20 +719,7 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
             let mut producer = CloudIidProducer::new(attestor, args.role, evidence);
             let joined = join(&client, &trust, &mut producer, None, &key, &options)
                 .await
-                .map_err(join_failed)?;
-            (key, joined)
-        }
-        Credential::Tpm => {
-            let tpm = Tpm::open(&args.tpm).map_err(|e| Failure::Join(e.into()))?;
-            // The node key is made in the TPM; if it cannot be, the join stops rather than
-            // fall back to a file.
-            let node_key = TpmNodeKey::generate(&tpm).map_err(|e| Failure::Join(e.into()))?;
-            let mut producer =
-                TpmProducer::new(tpm, Some(node_key.clone())).with_ek_chain(ek_chain);
-            let key = NodeKey::Tpm(node_key);
-            let joined = join(&client, &trust, &mut producer, None, &key, &options)
-                .await
-                .map_err(join_failed)?;
+                .map_err(join_failure)?;
             (key, joined)
         }
     };
@@ -457,6 +728,54 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
         .map_err(Failure::Join)?;
     println!("node id: {}", identity.node_id);
     println!("SPIFFE ID: {}", identity.spiffe_id);
+    println!(
+        "node key: {}",
+        if key.in_tpm() { "in the TPM" } else { "a file" }
+    );
+    Ok(())
+}
+
+async fn run_helper(args: HelperArgs) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tpm = Tpm::open(&args.tpm).map_err(|e| Failure::Join(e.into()))?;
+    match std::fs::remove_file(&args.socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(usage(
+                anyhow::Error::from(e).context(args.socket.display().to_string()),
+            ));
+        }
+    }
+    let listener = tokio::net::UnixListener::bind(&args.socket)
+        .with_context(|| args.socket.display().to_string())
+        .map_err(usage)?;
+    std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| args.socket.display().to_string())
+        .map_err(Failure::Join)?;
+    tracing::info!(socket = %args.socket.display(), tcti = %args.tpm, "serving the TPM");
+    tokio::select! {
+        r = gatehouse_agent::tpm::helper::serve(listener, tpm) => {
+            r.context("the helper's socket failed").map_err(Failure::Join)?;
+        }
+        () = shutdown() => {}
+    }
+    let _ = std::fs::remove_file(&args.socket);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn run_status(args: StatusArgs) -> Result<(), Failure> {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let status = gatehouse_agent::status(&args.dir, now).map_err(|e| Failure::Join(e.into()))?;
+    if args.json {
+        let text = serde_json::to_string(&status).map_err(|e| Failure::Join(e.into()))?;
+        println!("{text}");
+    } else {
+        println!("{}", status.line(now));
+    }
     Ok(())
 }
 
@@ -497,7 +816,9 @@ async fn run_ramdisk(args: RamdiskArgs) -> Result<(), Failure> {
         },
         product_uuid: args.product_uuid.or(local.product_uuid),
     };
-    let key = NodeKey::generate().map_err(|e| Failure::Join(e.into()))?;
+    // A ramdisk's key too lives in the TPM when the machine has one.
+    let tpm = node_key_tpm(None, false)?;
+    let key = NodeKey::generate_for_host(tpm.as_ref()).map_err(|e| Failure::Join(e.into()))?;
     let options = JoinOptions {
         claims,
         ..JoinOptions::default()
@@ -512,7 +833,7 @@ async fn run_ramdisk(args: RamdiskArgs) -> Result<(), Failure> {
         &options,
     )
     .await
-    .map_err(|e| Failure::Join(e.into()))?;
+    .map_err(join_failure)?;
     let identity = write_identity(&args.out, &key, &joined)
         .context("joined, but the identity could not be written")
         .map_err(Failure::Join)?;
@@ -524,8 +845,10 @@ async fn run_ramdisk(args: RamdiskArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The TPM a command on `dir` needs: the one `--tpm` names, else the host's TPM when the node
-/// key is in the TPM or the certificate names an AK; none otherwise.
+/// The TPM a command on `dir` needs: the one `--tpm` names (`none`: no TPM), else the host's
+/// TPM when the node key is in the TPM or the certificate names an AK (failing when it cannot
+/// be opened), else the host's TPM when its device exists (logged and left out when it cannot
+/// be opened: a file key renews without it); none otherwise.
 fn identity_tpm(dir: &Path, tcti: Option<&str>) -> Result<Option<Tpm>, Failure> {
     let needs = || {
         let key_in_tpm = std::fs::read_to_string(dir.join(gatehouse_agent::KEY_FILE))
@@ -541,9 +864,10 @@ fn identity_tpm(dir: &Path, tcti: Option<&str>) -> Result<Option<Tpm>, Failure> 
         key_in_tpm || names_ak
     };
     let tcti = match tcti {
+        Some("none") => return Ok(None),
         Some(t) => t,
         None if needs() => gatehouse_agent::tpm::DEFAULT_TCTI,
-        None => return Ok(None),
+        None => return node_key_tpm(None, false),
     };
     Tpm::open(tcti)
         .map(Some)
@@ -551,7 +875,28 @@ fn identity_tpm(dir: &Path, tcti: Option<&str>) -> Result<Option<Tpm>, Failure> 
 }
 
 fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
-    let tpm = match identity_tpm(&args.dir, args.tpm.as_deref()) {
+    let mut failed = false;
+    let tpm = if let Some(socket) = &args.helper {
+        let device = Path::new(gatehouse_agent::TPM_DEVICE);
+        if gatehouse_agent::tpm::helper::can_open_device(device) {
+            println!(
+                "FAIL tpm: this user can open {} itself; under the helper the agent's user must \
+                 not (take it out of the tss group, run it as its own user)",
+                device.display()
+            );
+            failed = true;
+        } else {
+            println!(
+                "ok   tpm: reached through the helper at {}; this user cannot open {}",
+                socket.display(),
+                device.display()
+            );
+        }
+        Ok(Some(Tpm::through_helper(socket)))
+    } else {
+        identity_tpm(&args.dir, args.tpm.as_deref())
+    };
+    let tpm = match tpm {
         Ok(tpm) => tpm,
         Err(Failure::Join(e)) => {
             println!("FAIL tpm: {e:#}");
@@ -563,7 +908,7 @@ fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
     for check in &checks {
         println!("{check}");
     }
-    if checks.iter().all(|c| c.ok) {
+    if !failed && checks.iter().all(|c| c.ok) {
         Ok(())
     } else {
         Err(Failure::Checks)
@@ -576,9 +921,14 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
         renew_when_left: args.renew_when_left,
         backoff_min: args.backoff_min,
         backoff_max: args.backoff_max,
+        jitter: args.jitter,
+        rejoin_grace: args.rejoin_grace,
     };
     policy.validate().map_err(usage)?;
-    let tpm = identity_tpm(&args.dir, args.tpm.as_deref())?;
+    let tpm = match &args.helper {
+        Some(socket) => Some(Tpm::through_helper(socket)),
+        None => identity_tpm(&args.dir, args.tpm.as_deref())?,
+    };
     // Fail early on a directory without an identity, and on an unusable server URL.
     let loaded = load_identity_with(&args.dir, tpm.as_ref()).map_err(usage)?;
     JoinClient::new(&args.server, &trust).map_err(usage)?;
@@ -588,8 +938,9 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
         dir = %args.dir.display(),
         "keeping the node certificate renewed"
     );
-    let mut lifecycle =
-        Lifecycle::new(&args.server, trust, args.dir, policy).with_join_options(JoinOptions {
+    let mut lifecycle = Lifecycle::new(&args.server, trust, args.dir, policy)
+        .with_trust_file(args.ca.clone())
+        .with_join_options(JoinOptions {
             claims: Claims {
                 macs: args.macs,
                 product_uuid: args.product_uuid,
@@ -599,10 +950,10 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
     if let Some(tpm) = tpm {
         lifecycle = lifecycle.with_tpm(tpm);
     }
-    lifecycle
-        .run(shutdown())
-        .await
-        .map_err(|e| Failure::Join(e.into()))?;
+    lifecycle.run(shutdown()).await.map_err(|e| match e {
+        e @ gatehouse_agent::LifecycleError::CannotRejoin { .. } => Failure::Refused(e.into()),
+        e => Failure::Join(e.into()),
+    })?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -638,12 +989,19 @@ async fn main() -> ExitCode {
         Command::Site(args) => run_site(args).await,
         Command::Ramdisk(args) => run_ramdisk(args).await,
         Command::Doctor(args) => run_doctor(args),
+        Command::Status(args) => run_status(args),
+        Command::Helper(args) => run_helper(args).await,
+        Command::InstallScript(args) => run_install_script(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             match &failure {
-                Failure::Join(e) | Failure::Usage(e) => eprintln!("gatehouse-agent: {e:#}"),
+                Failure::Join(e)
+                | Failure::Usage(e)
+                | Failure::Refused(e)
+                | Failure::Unreachable(e)
+                | Failure::Trust(e) => eprintln!("gatehouse-agent: {e:#}"),
                 Failure::Checks => {}
                 Failure::Unconfirmed => eprintln!(
                     "gatehouse-agent: --reset moved nothing; run again with --reset --yes to move \
@@ -720,7 +1078,7 @@ mod tests {
         let Command::Join(args) = cli.command else {
             panic!("a join")
         };
-        assert_eq!(args.tpm, "device:/dev/tpmrm0");
+        assert_eq!(args.tpm, None);
         assert!(matches!(credential(&args), Ok(Credential::Tpm)));
         let cli = Cli::try_parse_from(base.iter().copied().chain([
             "--token-file",
@@ -732,7 +1090,7 @@ mod tests {
         let Command::Join(args) = cli.command else {
             panic!("a join")
         };
-        assert_eq!(args.tpm, "swtpm:port=2321");
+        assert_eq!(args.tpm.as_deref(), Some("swtpm:port=2321"));
         let failure = credential(&args).err().unwrap();
         assert_eq!(failure.exit_code(), 2, "a token with --attestor tpm");
         let cli =
@@ -889,6 +1247,8 @@ mod tests {
                 renew_when_left: args.renew_when_left,
                 backoff_min: args.backoff_min,
                 backoff_max: args.backoff_max,
+                jitter: args.jitter,
+                rejoin_grace: args.rejoin_grace,
             },
             RenewPolicy::default()
         );
@@ -940,6 +1300,30 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{flag} {value}");
         }
         assert_eq!(parse_fraction("1/4"), Ok(0.25));
+    }
+
+    #[test]
+    fn exit_codes_tell_refused_unreachable_and_trust_apart() {
+        use gatehouse_agent::{JoinError, ResponseError};
+        assert_eq!(join_failure(JoinError::Denied).exit_code(), 3);
+        let host = |status| JoinError::Host {
+            status,
+            code: String::new(),
+            message: String::new(),
+        };
+        assert_eq!(join_failure(host(503)).exit_code(), 4);
+        assert_eq!(join_failure(host(400)).exit_code(), 1);
+        assert_eq!(
+            join_failure(JoinError::Response(ResponseError::BadSignature)).exit_code(),
+            5
+        );
+        assert_eq!(join_failure(JoinError::TooManyChallenges).exit_code(), 1);
+        let cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::other(cert);
+        assert!(is_tls_trust_error(&io));
+        assert!(!is_tls_trust_error(&std::io::Error::other(
+            "connection refused"
+        )));
     }
 
     #[test]

@@ -43,7 +43,8 @@ pub(crate) fn spki(key: &PublicKey) -> Vec<u8> {
     }
 }
 
-/// The uncompressed point 0x04 ‖ x ‖ y of an ECC key.
+/// The uncompressed point 0x04 ‖ x ‖ y of an ECC key (for the RustCrypto verifier).
+#[cfg(any(test, feature = "rustcrypto"))]
 pub(crate) fn ec_point(x: &[u8], y: &[u8]) -> Vec<u8> {
     let mut point = Vec::with_capacity(1 + x.len() + y.len());
     point.push(0x04);

@@ -83,6 +83,9 @@ impl Webhook {
         ca_file: Option<&Path>,
     ) -> Result<Self, SinkError> {
         let (url, tls) = check_url(url)?;
+        // reqwest is built without a crypto provider, so that aws-lc-rs is the one TLS stack
+        // (its default features would link ring too): make aws-lc-rs the process default.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
             .use_rustls_tls()
             .tls_built_in_root_certs(false)

@@ -21,6 +21,8 @@ fn policy() -> RenewPolicy {
         renew_when_left: 0.5,
         backoff_min: Duration::from_secs(2),
         backoff_max: Duration::from_secs(10),
+        jitter: 0.0,
+        ..RenewPolicy::default()
     }
 }
 
@@ -209,6 +211,8 @@ fn fast() -> RenewPolicy {
         renew_when_left: 0.5,
         backoff_min: Duration::from_millis(20),
         backoff_max: Duration::from_millis(80),
+        jitter: 0.0,
+        ..RenewPolicy::default()
     }
 }
 
@@ -558,4 +562,119 @@ fn commit_refuses_a_key_the_certificate_does_not_certify() {
     assert!(commit_next(dir, &other, &joined, "join-token").is_err());
     assert_eq!(std::fs::read(dir.join(KEY_FILE)).unwrap(), before);
     load_identity(dir).unwrap();
+}
+
+#[test]
+fn jitter_shortens_each_wait_by_a_random_part_of_it() {
+    let p = RenewPolicy {
+        jitter: 0.5,
+        ..policy()
+    };
+    assert_eq!(
+        p.jittered(Duration::from_secs(10), 0.0),
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        p.jittered(Duration::from_secs(10), 0.5),
+        Duration::from_millis(7500)
+    );
+    assert!(p.jittered(Duration::from_secs(10), 0.999_999) > Duration::from_secs(5));
+    let mut s = Schedule::new(p.clone());
+    assert_eq!(
+        s.failed_with(Action::Renew, 0, 0.5),
+        (1, Duration::from_millis(1500))
+    );
+    // Drawn from the system's generator: within [half, all] of the backoff, and not all equal.
+    let waits: Vec<Duration> = (0..16)
+        .map(|_| Schedule::new(p.clone()).failed(Action::Renew, 0).1)
+        .collect();
+    assert!(
+        waits
+            .iter()
+            .all(|w| *w >= Duration::from_secs(1) && *w <= Duration::from_secs(2)),
+        "{waits:?}"
+    );
+    assert!(waits.iter().any(|w| *w != waits[0]), "{waits:?}");
+    for bad in [-0.1, 1.0, f64::NAN] {
+        assert!(
+            RenewPolicy {
+                jitter: bad,
+                ..policy()
+            }
+            .validate()
+            .is_err(),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn a_refused_renewal_is_followed_by_a_rejoin_at_once() {
+    let mut s = Schedule::new(policy());
+    assert_eq!(s.step(1060 * S, validity()), Step::Act(Action::Renew));
+    s.renewal_refused();
+    assert_eq!(s.step(1060 * S, validity()), Step::Act(Action::Rejoin));
+    // A failed re-join backs off as any failure does.
+    let (attempt, wait) = s.failed_with(Action::Rejoin, 1060 * S, 0.0);
+    assert_eq!((attempt, wait), (1, Duration::from_secs(2)));
+    assert_eq!(
+        s.step(1060 * S, validity()),
+        Step::Sleep(Duration::from_secs(2))
+    );
+    assert_eq!(s.step(1062 * S, validity()), Step::Act(Action::Rejoin));
+    // Until one succeeds.
+    s.succeeded();
+    assert_eq!(
+        s.step(1000 * S, validity()),
+        Step::Sleep(Duration::from_secs(50))
+    );
+}
+
+#[tokio::test]
+async fn a_certificate_past_the_grace_stops_the_loop_with_the_recovery_command() {
+    let _serial = serial().await;
+    // Expired two hours ago; a grace of one hour.
+    let f = fixture(-4 * 3600, -2 * 3600);
+    let lifecycle = Lifecycle::new(
+        "https://127.0.0.1:1",
+        f.pki.trust.clone(),
+        f.dir.path().into(),
+        RenewPolicy {
+            rejoin_grace: Duration::from_secs(3600),
+            ..fast()
+        },
+    )
+    .with_trust_file("/etc/gatehouse-agent/trust.json".into());
+    let err = tokio::time::timeout(
+        Duration::from_secs(5),
+        lifecycle.run(std::future::pending()),
+    )
+    .await
+    .expect("it stops by itself, sending nothing")
+    .unwrap_err();
+    let LifecycleError::CannotRejoin {
+        node_id,
+        reason,
+        recovery,
+    } = &err
+    else {
+        panic!("{err}")
+    };
+    assert_eq!(node_id, "node_a");
+    assert_eq!(
+        reason,
+        "the certificate expired more than 1h ago, past x509pop's grace"
+    );
+    assert_eq!(
+        recovery,
+        &format!(
+            "gatehouse-agent join --reset --yes --server https://127.0.0.1:1 --ca \
+             /etc/gatehouse-agent/trust.json --out {} --token-file NEW-TOKEN",
+            f.dir.path().display()
+        )
+    );
+    assert!(
+        err.to_string()
+            .contains("; recover with: gatehouse-agent join")
+    );
 }

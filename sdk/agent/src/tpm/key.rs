@@ -87,11 +87,7 @@ impl TpmNodeKey {
 
     /// ES256 over `message`: `r ‖ s`, 64 bytes.
     pub fn sign_fixed(&self, message: &[u8]) -> Result<Vec<u8>, TpmError> {
-        let (r, s) = self.tpm.sign(
-            self.unique,
-            sha256(message).to_vec(),
-            HashingAlgorithm::Sha256,
-        )?;
+        let (r, s) = self.checked_sign(message)?;
         let mut out = r.to_vec();
         out.extend_from_slice(&s);
         Ok(out)
@@ -99,12 +95,26 @@ impl TpmNodeKey {
 
     /// ECDSA P-256 SHA-256 over `message`, DER (X.509 and TLS encode it so).
     pub fn sign_der(&self, message: &[u8]) -> Result<Vec<u8>, TpmError> {
+        let (r, s) = self.checked_sign(message)?;
+        Ok(ecdsa_der(&r, &s))
+    }
+
+    /// The TPM's (or the helper's) signature over `message`, checked against this key's
+    /// public half before it is used: a forged or broken answer is refused
+    /// ([`TpmError::BadSignature`]).
+    fn checked_sign(&self, message: &[u8]) -> Result<([u8; 32], [u8; 32]), TpmError> {
+        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED, UnparsedPublicKey};
         let (r, s) = self.tpm.sign(
             self.unique,
             sha256(message).to_vec(),
             HashingAlgorithm::Sha256,
         )?;
-        Ok(ecdsa_der(&r, &s))
+        let mut fixed = r.to_vec();
+        fixed.extend_from_slice(&s);
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &self.point)
+            .verify(message, &fixed)
+            .map_err(|_| TpmError::BadSignature)?;
+        Ok((r, s))
     }
 
     /// The key as a rustls signing key, for TLS client authentication.

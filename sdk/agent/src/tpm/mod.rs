@@ -13,6 +13,7 @@
 //! and flushes them before it returns, so that a TPM without a resource manager (swtpm over
 //! TCP, three transient object slots) never runs out of slots.
 
+pub mod helper;
 mod key;
 mod producer;
 #[cfg(any(test, feature = "swtpm"))]
@@ -106,6 +107,13 @@ pub enum TpmError {
     /// The node key record is malformed.
     #[error("node key record: {0}")]
     Record(String),
+    /// The helper could not be reached, failed, or answered something that does not check
+    /// out (a forged signature or certification), or the operation is not one it offers.
+    #[error("TPM helper: {0}")]
+    Helper(String),
+    /// A signature the TPM (or the helper) returned does not verify under the node key.
+    #[error("the node key's signature does not verify (a forged or broken TPM answer)")]
+    BadSignature,
 }
 
 /// Maps a tss-esapi error to [`TpmError::Command`] naming the step.
@@ -130,7 +138,10 @@ pub struct DerivedKey {
 /// connection; the thread ends when the last clone is dropped. Commands are serialised.
 #[derive(Clone)]
 pub struct Tpm {
-    jobs: mpsc::Sender<Job>,
+    /// The TPM's thread, or none when the TPM is reached through the helper.
+    jobs: Option<mpsc::Sender<Job>>,
+    /// Set when the TPM is reached through `gatehouse-agent helper`.
+    helper: Option<helper::HelperClient>,
     tcti: String,
 }
 
@@ -165,7 +176,8 @@ impl Tpm {
             })?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Self {
-                jobs,
+                jobs: Some(jobs),
+                helper: None,
                 tcti: tcti.to_owned(),
             }),
             Ok(Err(reason)) => Err(TpmError::Open {
@@ -174,6 +186,21 @@ impl Tpm {
             }),
             Err(_) => Err(TpmError::Closed),
         }
+    }
+
+    /// The TPM as `gatehouse-agent helper` on `socket` offers it: AK, node key derive,
+    /// certify and sign, each answer checked here. Nothing is sent until the first use.
+    pub fn through_helper(socket: &std::path::Path) -> Self {
+        Self {
+            jobs: None,
+            helper: Some(helper::HelperClient::new(socket)),
+            tcti: format!("helper:{}", socket.display()),
+        }
+    }
+
+    /// Whether this TPM is reached through the helper.
+    pub fn is_helper(&self) -> bool {
+        self.helper.is_some()
     }
 
     /// The TCTI this connection was opened with.
@@ -186,15 +213,19 @@ impl Tpm {
         &self,
         f: impl FnOnce(&mut Context) -> Result<T, TpmError> + Send + 'static,
     ) -> Result<T, TpmError> {
+        let Some(jobs) = &self.jobs else {
+            return Err(TpmError::Helper(
+                "not an operation the helper offers (AK, node key, certify, sign)".into(),
+            ));
+        };
         let (tx, rx) = mpsc::sync_channel(1);
-        self.jobs
-            .send(Box::new(move |ctx| {
-                let result = f(ctx);
-                // The caller waits for this; a failed send means it gave up.
-                let _ = tx.send(result);
-                ctx.clear_sessions();
-            }))
-            .map_err(|_| TpmError::Closed)?;
+        jobs.send(Box::new(move |ctx| {
+            let result = f(ctx);
+            // The caller waits for this; a failed send means it gave up.
+            let _ = tx.send(result);
+            ctx.clear_sessions();
+        }))
+        .map_err(|_| TpmError::Closed)?;
         rx.recv().map_err(|_| TpmError::Closed)?
     }
 
@@ -229,6 +260,9 @@ impl Tpm {
 
     /// The AK's public area (TPMT_PUBLIC).
     pub fn ak_public(&self) -> Result<Vec<u8>, TpmError> {
+        if let Some(h) = &self.helper {
+            return h.ak_public();
+        }
         self.run(|ctx| {
             let (ak, public) = create_ak(ctx)?;
             flush(ctx, ak);
@@ -296,6 +330,9 @@ impl Tpm {
         unique: [u8; 32],
         csr_sha256: [u8; 32],
     ) -> Result<TpmKeyAttestation, TpmError> {
+        if let Some(h) = &self.helper {
+            return h.key_attestation(expected_ak_name, unique, csr_sha256);
+        }
         self.run(move |ctx| {
             let (ak, ak_public) = create_ak(ctx)?;
             let result = (|| {
@@ -318,6 +355,9 @@ impl Tpm {
 
     /// The node key this TPM derives from `unique`.
     pub fn node_key(&self, unique: [u8; 32]) -> Result<DerivedKey, TpmError> {
+        if let Some(h) = &self.helper {
+            return h.node_key(unique);
+        }
         self.run(move |ctx| {
             let (handle, public) = create_node_key(ctx, &unique)?;
             flush(ctx, handle);
@@ -338,6 +378,14 @@ impl Tpm {
         digest: Vec<u8>,
         hash: HashingAlgorithm,
     ) -> Result<([u8; 32], [u8; 32]), TpmError> {
+        if let Some(h) = &self.helper {
+            if hash != HashingAlgorithm::Sha256 {
+                return Err(TpmError::Helper(
+                    "the helper signs SHA-256 digests only".into(),
+                ));
+            }
+            return h.sign(unique, digest);
+        }
         self.run(move |ctx| {
             let (handle, _) = create_node_key(ctx, &unique)?;
             let result = (|| {
