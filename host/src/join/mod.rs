@@ -407,10 +407,6 @@ impl JoinService {
             }
         }
         let reclaim_granted = self.reclaim_granted(&round.attestor);
-        let builtin_tpm = round.attestor == policy::TPM_ATTESTOR
-            && self.runtime.attestors().any(|a| {
-                a.id == policy::TPM_ATTESTOR && a.source == crate::runtime::Source::BuiltIn
-            });
 
         // The policy, then one machine, one node: a join whose trusted hardware key another
         // node holds re-keys that node (when the token allows it) and is checked again as such.
@@ -436,7 +432,6 @@ impl JoinService {
                 minted_for: minted_for.as_deref(),
                 reclaim_granted,
                 approvals: &approvals,
-                builtin_tpm,
             };
             let checked = policy::check(&facts).map(|placement| {
                 let token = locked

@@ -39,7 +39,7 @@ use crate::store::{JoinRequestRow, NodeRole, NodeRow, PoolRow, TokenRole};
 /// The binding kind of a TPM's endorsement key, which only the `tpm` attestor writes.
 pub const TPM_EK_BINDING: &str = "tpm-ek";
 /// The attestor that owns [`TPM_EK_BINDING`].
-pub const TPM_ATTESTOR: &str = "tpm";
+const TPM_ATTESTOR: &str = "tpm";
 /// The certificate statement that names a TPM attestation key.
 const TPM_AK_PREFIX: &str = gatehouse_proto::tpm::TPM_AK_STATEMENT_PREFIX;
 
@@ -98,10 +98,6 @@ pub struct Facts<'a> {
     pub reclaim_granted: bool,
     /// The join requests the attestor consumed, as read after the call.
     pub approvals: &'a [JoinRequestRow],
-    /// Whether the attestor is the built-in `tpm`, whose admitting round after an approval
-    /// decides from a certification it verified (through the host) in an earlier round and
-    /// remembered; every other attestor must have the host verify it in the admitting round.
-    pub builtin_tpm: bool,
 }
 
 /// Where the machine joins, once the policy accepts the result.
@@ -140,15 +136,14 @@ fn proves_tpm_key(f: &Facts<'_>) -> bool {
         .as_deref()
         .map(gatehouse_proto::tpm::ak_name_from_statement);
     f.result.node_key == NodeKey::Tpm
-        && ((f.builtin_tpm && !matches!(ak, Some(None)))
-            || f.tpm_certified.iter().any(|c| {
-                c.key_spki_sha256 == *f.csr_spki_sha256
-                    && match &ak {
-                        None => true,
-                        Some(None) => false,
-                        Some(Some(name)) => *name == c.ak_name,
-                    }
-            }))
+        && f.tpm_certified.iter().any(|c| {
+            c.key_spki_sha256 == *f.csr_spki_sha256
+                && match &ak {
+                    None => true,
+                    Some(None) => false,
+                    Some(Some(name)) => *name == c.ak_name,
+                }
+        })
 }
 
 /// Applies every rule; the first that fails refuses the join.
@@ -578,7 +573,6 @@ mod tests {
                 minted_for: self.minted_for,
                 reclaim_granted: self.reclaim_granted,
                 approvals: &self.approvals,
-                builtin_tpm: false,
             })
         }
 
