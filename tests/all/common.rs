@@ -52,6 +52,9 @@ pub struct HostOptions {
     pub attestor_config: Vec<(String, serde_json::Value)>,
     /// `[audit.sink]`.
     pub audit_sink: Option<gatehouse::config::SinkSection>,
+    /// `[limits]`; when absent, the defaults without the join rate limit (the suite joins in
+    /// bursts from one address).
+    pub limits: Option<gatehouse::config::LimitsSection>,
 }
 
 impl HostOptions {
@@ -67,6 +70,7 @@ impl HostOptions {
             cert_ttl_seconds: None,
             attestor_config: vec![],
             audit_sink: None,
+            limits: None,
         }
     }
 }
@@ -173,6 +177,13 @@ impl TestHost {
             config.attestors.entry(id.clone()).or_default().config = Some(table);
         }
         config.audit.sink = opts.audit_sink.clone();
+        config.limits = opts
+            .limits
+            .clone()
+            .unwrap_or(gatehouse::config::LimitsSection {
+                join_rate_per_second: 0.0,
+                ..Default::default()
+            });
         let (database_url, created_database): (String, Option<String>) =
             match (opts.backend, opts.database_url) {
                 (Backend::Postgres, Some(url)) => (url, None),
@@ -180,7 +191,7 @@ impl TestHost {
                     let (url, name) = fresh_postgres().await;
                     (url, Some(name))
                 }
-                (Backend::Sqlite, _) => (config.database_url(), None),
+                (Backend::Sqlite, _) => (must(config.database_url(), "database URL"), None),
             };
         config.database_url = Some(database_url.clone());
         config.runtime.call_timeout_ms = opts.call_timeout_ms;

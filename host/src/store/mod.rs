@@ -47,7 +47,7 @@ mod testing;
 #[cfg(test)]
 mod tests;
 
-pub use db::{Backend, Db, sqlite_url};
+pub use db::{Backend, Cursor, Db, sqlite_url};
 pub use error::StoreError;
 pub use kv::KV_VALUE_MAX;
 pub use provisioning::{
