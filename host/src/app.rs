@@ -73,6 +73,17 @@ pub enum StartError {
         /// Its length after trimming whitespace.
         len: usize,
     },
+    /// The data directory or a file in it cannot be made private to the host's user.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory or file.
+        path: PathBuf,
+        /// What the filesystem said.
+        source: std::io::Error,
+    },
+    /// Another host holds this data directory's SQLite database.
+    #[error("data directory {0} is in use by another gatehouse host (its lock is held)")]
+    Locked(PathBuf),
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -139,6 +150,8 @@ pub struct Running {
     pub join: Arc<JoinService>,
     /// The refusal sink's delivery task, when `[audit.sink]` is configured.
     pub sink: Option<SinkWorker>,
+    /// The data directory's lock, held while the host runs on SQLite.
+    _lock: Option<std::fs::File>,
 }
 
 /// How long [`Running::shutdown`] lets the refusal sink deliver what is still queued.
@@ -158,10 +171,9 @@ impl Running {
 
 /// Starts a host: database (migrated), PKI, attestors, API.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Read {
-        path: config.data_dir.clone(),
-        source,
-    })?;
+    let database_url = config.database_url()?;
+    let sqlite = crate::store::Backend::from_url(&database_url)? == crate::store::Backend::Sqlite;
+    let lock = data_dir::secure(&config.data_dir, sqlite)?;
     let secret = load_secret(config)?;
     let bundle_path = config.path(&config.pki_bundle);
     let bundle = String::from_utf8_lossy(&read(&bundle_path)?).into_owned();
@@ -173,7 +185,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     );
     let admin_key_sha256 = load_admin_key(&config.path(&config.admin_key_file))?;
 
-    let db = Db::connect(&config.database_url()).await?;
+    let db = Db::connect(&database_url).await?;
     db.migrate().await?;
     let runtime = Arc::new(Runtime::load(&config.runtime(), builtin_attestors()).await?);
     let mut join = JoinService::new(
@@ -205,15 +217,20 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             addr: config.listen.clone(),
             source,
         })?;
-    let router = api::router(AppState {
-        join: join.clone(),
-        db: db.clone(),
-        admin_key_sha256,
-    });
-    let server = api::serve(listener, tls, router).map_err(|source| StartError::Listen {
-        addr: config.listen.clone(),
-        source,
-    })?;
+    let limits = config.limits.limits();
+    let router = api::router(
+        AppState {
+            join: join.clone(),
+            db: db.clone(),
+            admin_key_sha256,
+        },
+        &limits,
+    );
+    let server =
+        api::serve(listener, tls, router, limits).map_err(|source| StartError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
     tracing::info!(addr = %server.addr, trust_domain = %pki.trust_domain(), "gatehouse serving");
     Ok(Running {
         server,
@@ -221,7 +238,111 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         pki,
         join,
         sink,
+        _lock: lock,
     })
+}
+
+/// The data directory: private to the host's user, and held by one host at a time.
+pub mod data_dir {
+    use std::fs;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    use std::path::Path;
+
+    use super::StartError;
+
+    /// The lock file a host on SQLite holds for as long as it runs.
+    pub const LOCK_FILE: &str = "gatehouse.lock";
+    /// The SQLite database file and the files SQLite keeps beside it.
+    const SQLITE_FILES: [&str; 3] = ["gatehouse.db", "gatehouse.db-wal", "gatehouse.db-shm"];
+    /// How deep [`secure`] looks for files to make private (`tls/`, `attestors/`, `cache/`).
+    const DEPTH: usize = 3;
+
+    /// Creates `dir` if missing; makes it 0700 and every file under it 0600 (directories
+    /// 0700), logging what it had to tighten; creates the SQLite database 0600 if it is
+    /// missing, so that SQLite creates its WAL and shared-memory files 0600 too (it gives them
+    /// the database's mode); and, on SQLite, takes the directory's lock, refusing to start
+    /// when another host holds it.
+    pub fn secure(dir: &Path, sqlite: bool) -> Result<Option<fs::File>, StartError> {
+        let err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| StartError::DataDir { path, source }
+        };
+        fs::create_dir_all(dir).map_err(err(dir))?;
+        tighten(dir, DEPTH)?;
+        if !sqlite {
+            return Ok(None);
+        }
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(err(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Err(StartError::Locked(dir.to_owned())),
+            Err(fs::TryLockError::Error(e)) => return Err(err(&lock_path)(e)),
+        }
+        let db = dir.join(SQLITE_FILES[0]);
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&db)
+            .map_err(err(&db))?;
+        for name in SQLITE_FILES {
+            let path = dir.join(name);
+            if path.exists() {
+                private(&path, 0o600)?;
+            }
+        }
+        Ok(Some(lock))
+    }
+
+    /// Makes `dir` 0700 and what is under it private, `depth` levels down.
+    fn tighten(dir: &Path, depth: usize) -> Result<(), StartError> {
+        private(dir, 0o700)?;
+        if depth == 0 {
+            return Ok(());
+        }
+        let entries = fs::read_dir(dir).map_err(|source| StartError::DataDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            // Never follow a symbolic link out of the directory.
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => tighten(&path, depth - 1)?,
+                Ok(t) if t.is_file() => private(&path, 0o600)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `path`'s mode to `mode` when it grants anything to group or others.
+    fn private(path: &Path, mode: u32) -> Result<(), StartError> {
+        let err = |source| StartError::DataDir {
+            path: path.to_owned(),
+            source,
+        };
+        let meta = fs::metadata(path).map_err(err)?;
+        let current = meta.permissions().mode() & 0o777;
+        if current & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), mode = format!("{current:o}"), "made private to the host's user");
+            fs::set_permissions(
+                path,
+                fs::Permissions::from_mode(current & 0o700 | mode & 0o700),
+            )
+            .map_err(err)?;
+        }
+        Ok(())
+    }
 }
 
 /// `serve --dev`: creates whatever is missing under a data directory.
@@ -326,8 +447,8 @@ pub mod dev {
         if !cert.exists() || !key.exists() || !ca.exists() {
             let tls = dev_tls(&["localhost".to_owned(), "127.0.0.1".to_owned()])?;
             for (path, text, mode) in [
-                (&ca, &tls.ca_pem, 0o644),
-                (&cert, &tls.cert_pem, 0o644),
+                (&ca, &tls.ca_pem, 0o600),
+                (&cert, &tls.cert_pem, 0o600),
                 (&key, &tls.key_pem, 0o600),
             ] {
                 let _ = fs::remove_file(path);
@@ -341,7 +462,7 @@ pub mod dev {
                 "# Written by `gatehouse serve --dev`.\ndata_dir = {dir:?}\nlisten = {listen:?}\npki_bundle = \"pki.json\"\nsecret_file = \"secret\"\nadmin_key_file = \"admin.key\"\n\n[tls]\ncert = \"tls/server.pem\"\nkey = \"tls/server.key\"\n",
                 dir = dir.display().to_string(),
             );
-            write_new(&config, text.as_bytes(), 0o644)?;
+            write_new(&config, text.as_bytes(), 0o600)?;
             created.push(config.clone());
         }
         let join_trust = dir.join("join-trust.json");
@@ -351,7 +472,7 @@ pub mod dev {
             let tls_ca = fs::read_to_string(&ca).map_err(io(&ca))?;
             let text = serde_json::to_string_pretty(&pki.join_trust(&tls_ca)).unwrap_or_default();
             let _ = fs::remove_file(&join_trust);
-            write_new(&join_trust, text.as_bytes(), 0o644)?;
+            write_new(&join_trust, text.as_bytes(), 0o600)?;
             created.push(join_trust.clone());
         }
         Ok(DevFiles {

@@ -23,6 +23,18 @@
 //! # reclaim = true                 # may re-key nodes without a token (see JoinService)
 //! [attestors.join-token.config]    # handed to the attestor as JSON
 //!
+//! [limits]                         # what one client may hold (defaults shown)
+//! max_connections = 1024
+//! max_connections_per_source = 64  # an IPv6 /64 counts as one source
+//! handshake_timeout_ms = 10000
+//! header_timeout_ms = 10000
+//! request_timeout_ms = 30000
+//! idle_timeout_ms = 60000
+//! max_body_bytes = 262144
+//! shutdown_grace_ms = 10000
+//! join_rate_per_second = 20        # per source address; 0: unlimited
+//! join_burst = 100
+//!
 //! [audit.sink]                     # optional: a copy of every refusal (see join::sink)
 //! kind = "webhook"                 # POST one JSON object per refusal
 //! url = "https://hooks.example.com/gatehouse"
@@ -100,6 +112,114 @@ pub struct Config {
     /// The audit trail's settings.
     #[serde(default)]
     pub audit: AuditSection,
+    /// Connection limits, timeouts and rates.
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+/// `[limits]`: see [`crate::api::Limits`] for what each bounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Connections open at once from one source address.
+    pub max_connections_per_source: usize,
+    /// The TLS handshake's deadline, in ms.
+    pub handshake_timeout_ms: u64,
+    /// An HTTP/1 request head's deadline, in ms.
+    pub header_timeout_ms: u64,
+    /// A request's deadline (body and handler), in ms.
+    pub request_timeout_ms: u64,
+    /// A connection with no request in flight this long is closed, in ms.
+    pub idle_timeout_ms: u64,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// How long shutdown waits for in-flight requests, in ms.
+    pub shutdown_grace_ms: u64,
+    /// Join rounds per second per source address (0: unlimited).
+    pub join_rate_per_second: f64,
+    /// The most join rounds a quiet source may send at once.
+    pub join_burst: u32,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        let d = crate::api::Limits::default();
+        let rate = d.join_rate.unwrap_or(crate::api::limits::Rate {
+            per_second: 0.0,
+            burst: 0,
+        });
+        Self {
+            max_connections: d.max_connections,
+            max_connections_per_source: d.max_connections_per_source,
+            handshake_timeout_ms: millis(d.handshake_timeout),
+            header_timeout_ms: millis(d.header_timeout),
+            request_timeout_ms: millis(d.request_timeout),
+            idle_timeout_ms: millis(d.idle_timeout),
+            max_body_bytes: d.max_body,
+            shutdown_grace_ms: millis(d.shutdown_grace),
+            join_rate_per_second: rate.per_second,
+            join_burst: rate.burst,
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl LimitsSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |what: &str| Err(ConfigError::Invalid(format!("limits.{what}")));
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return bad("max_connections must be 1 to 1000000");
+        }
+        if !(1..=self.max_connections).contains(&self.max_connections_per_source) {
+            return bad("max_connections_per_source must be 1 to max_connections");
+        }
+        for (name, ms) in [
+            ("handshake_timeout_ms", self.handshake_timeout_ms),
+            ("header_timeout_ms", self.header_timeout_ms),
+            ("request_timeout_ms", self.request_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("shutdown_grace_ms", self.shutdown_grace_ms),
+        ] {
+            if !(1..=3_600_000).contains(&ms) {
+                return bad(&format!("{name} must be 1 to 3600000"));
+            }
+        }
+        if !(1024..=64 << 20).contains(&self.max_body_bytes) {
+            return bad("max_body_bytes must be 1024 to 67108864");
+        }
+        if !(self.join_rate_per_second.is_finite()
+            && (0.0..=1e6).contains(&self.join_rate_per_second))
+        {
+            return bad("join_rate_per_second must be 0 to 1000000");
+        }
+        if self.join_rate_per_second > 0.0 && self.join_burst == 0 {
+            return bad("join_burst must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The server's limits.
+    pub fn limits(&self) -> crate::api::Limits {
+        crate::api::Limits {
+            max_connections: self.max_connections,
+            max_connections_per_source: self.max_connections_per_source,
+            handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_body: self.max_body_bytes,
+            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            join_rate: (self.join_rate_per_second > 0.0).then_some(crate::api::limits::Rate {
+                per_second: self.join_rate_per_second,
+                burst: self.join_burst,
+            }),
+        }
+    }
 }
 
 /// `[audit]`.
@@ -331,6 +451,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.limits.validate()?;
         let r = &self.runtime;
         if !(1..=60_000).contains(&r.call_timeout_ms) {
             return Err(ConfigError::Invalid(
@@ -386,13 +507,10 @@ impl Config {
     }
 
     /// The database URL: the configured one, or SQLite under `data_dir`.
-    pub fn database_url(&self) -> String {
+    pub fn database_url(&self) -> Result<String, crate::store::StoreError> {
         match &self.database_url {
-            Some(url) => url.clone(),
-            None => format!(
-                "sqlite://{}?mode=rwc",
-                self.data_dir.join("gatehouse.db").display()
-            ),
+            Some(url) => Ok(url.clone()),
+            None => crate::store::sqlite_url(&self.data_dir.join("gatehouse.db")),
         }
     }
 
@@ -466,7 +584,13 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:8443");
         assert_eq!(c.path(&c.tls.cert), PathBuf::from("/d/c.pem"));
         assert_eq!(c.path(&c.tls.key), PathBuf::from("/k.pem"));
-        assert_eq!(c.database_url(), "sqlite:///d/gatehouse.db?mode=rwc");
+        assert_eq!(c.database_url().unwrap(), "sqlite:/d/gatehouse.db?mode=rwc");
+        let c =
+            parse("data_dir = \"/d?x%y\"\n[tls]\ncert = \"c.pem\"\nkey = \"/k.pem\"\n").unwrap();
+        assert_eq!(
+            c.database_url().unwrap(),
+            "sqlite:/d%3Fx%25y/gatehouse.db?mode=rwc"
+        );
         let r = c.runtime();
         assert_eq!(r.call_timeout, Duration::from_millis(250));
         assert_eq!(r.memory_limit, 64 << 20);

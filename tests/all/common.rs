@@ -54,6 +54,9 @@ pub struct HostOptions {
     pub audit_sink: Option<gatehouse::config::SinkSection>,
     /// `[attestors.<id>] reclaim` grants.
     pub reclaim_grants: Vec<(String, bool)>,
+    /// `[limits]`; when absent, the defaults without the join rate limit (the suite joins in
+    /// bursts from one address).
+    pub limits: Option<gatehouse::config::LimitsSection>,
 }
 
 impl HostOptions {
@@ -70,6 +73,7 @@ impl HostOptions {
             attestor_config: vec![],
             audit_sink: None,
             reclaim_grants: vec![],
+            limits: None,
         }
     }
 }
@@ -181,6 +185,13 @@ impl TestHost {
             config.attestors.entry(id.clone()).or_default().reclaim = Some(*granted);
         }
         config.audit.sink = opts.audit_sink.clone();
+        config.limits = opts
+            .limits
+            .clone()
+            .unwrap_or(gatehouse::config::LimitsSection {
+                join_rate_per_second: 0.0,
+                ..Default::default()
+            });
         let (database_url, created_database): (String, Option<String>) =
             match (opts.backend, opts.database_url) {
                 (Backend::Postgres, Some(url)) => (url, None),
@@ -188,7 +199,7 @@ impl TestHost {
                     let (url, name) = fresh_postgres().await;
                     (url, Some(name))
                 }
-                (Backend::Sqlite, _) => (config.database_url(), None),
+                (Backend::Sqlite, _) => (must(config.database_url(), "database URL"), None),
             };
         config.database_url = Some(database_url.clone());
         config.runtime.call_timeout_ms = opts.call_timeout_ms;

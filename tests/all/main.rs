@@ -12,6 +12,7 @@ mod challenge;
 mod cloud_iid;
 mod common;
 mod discovery;
+mod hostile;
 mod join_token;
 mod nodes;
 mod policy;

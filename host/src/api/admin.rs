@@ -18,8 +18,8 @@ use super::AppState;
 use super::error::ApiError;
 use crate::runtime::AttestorSummary;
 use crate::store::{
-    AuditRow, EventRow, NewEvent, NewToken, NodeRole, NodeRow, Revocation, TokenExpect, TokenRole,
-    TokenRow, Tx,
+    AuditRow, Cursor, EventRow, NewEvent, NewToken, NodeRole, NodeRow, Revocation, TokenExpect,
+    TokenRole, TokenRow, Tx,
 };
 
 /// Checks `Authorization: Bearer <key>` against the configured key's hash in constant time.
@@ -109,7 +109,7 @@ pub(super) async fn create_token(
     body: Result<Json<CreateToken>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<CreatedToken>, ApiError> {
     authorize(&state, &headers)?;
-    let Json(req) = body.map_err(|e| ApiError::InvalidInput(e.body_text()))?;
+    let Json(req) = body.map_err(ApiError::from)?;
     let role: TokenRole = req.role.parse().map_err(|_| {
         ApiError::InvalidInput("role must be node, site, provisioned or discovery".into())
     })?;
@@ -198,15 +198,73 @@ pub(super) async fn create_token(
     }))
 }
 
+/// The header naming where the next page starts, present when a page came back full.
+pub(super) const NEXT_CURSOR: &str = "x-next-cursor";
+/// Rows per page when the client names no `limit`, and the most it may name.
+pub(super) const DEFAULT_PAGE: u32 = 500;
+pub(super) const MAX_PAGE: u32 = 1000;
+
+/// `?after=CURSOR&limit=N` of a list ordered by creation: one short transaction per page.
+#[derive(Debug, Deserialize)]
+pub(super) struct ListPage {
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+impl ListPage {
+    fn resolve(&self) -> Result<(Cursor, u32), ApiError> {
+        let limit = self.limit.unwrap_or(DEFAULT_PAGE);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(ApiError::InvalidInput(format!(
+                "limit must be 1 to {MAX_PAGE}"
+            )));
+        }
+        let after = match &self.after {
+            None => Cursor::start(),
+            Some(text) => Cursor::parse(text).ok_or_else(|| {
+                ApiError::InvalidInput("after is not a cursor of this list".into())
+            })?,
+        };
+        Ok((after, limit))
+    }
+}
+
+/// A page as JSON, with [`NEXT_CURSOR`] when it is full.
+fn page<T: Serialize>(
+    rows: Vec<T>,
+    limit: u32,
+    cursor: impl Fn(&T) -> Cursor,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let next = (rows.len() >= limit as usize)
+        .then(|| rows.last().map(&cursor))
+        .flatten();
+    let mut response = Json(rows).into_response();
+    if let Some(next) = next
+        && let Ok(value) = axum::http::HeaderValue::from_str(&next.to_string())
+    {
+        response.headers_mut().insert(NEXT_CURSOR, value);
+    }
+    response
+}
+
+/// `GET /v1/admin/tokens?after=&limit=`: oldest first, a page at a time.
 pub(super) async fn list_tokens(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Vec<TokenRow>>, ApiError> {
+    query: Result<Query<ListPage>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
+    let (after, limit) = query?.0.resolve()?;
     let mut tx = state.db.begin().await?;
-    let tokens = tx.list_tokens().await?;
+    let tokens = tx.list_tokens_page(&after, limit).await?;
     tx.commit().await?;
-    Ok(Json(tokens))
+    Ok(page(tokens, limit, |t: &TokenRow| Cursor {
+        created_at: t.created_at,
+        id: t.id.clone(),
+    }))
 }
 
 pub(super) async fn revoke_token(
@@ -225,15 +283,21 @@ pub(super) async fn revoke_token(
     Ok(Json(serde_json::json!({ "id": id, "revoked": true })))
 }
 
+/// `GET /v1/admin/nodes?after=&limit=`: oldest first, a page at a time.
 pub(super) async fn list_nodes(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Vec<NodeRow>>, ApiError> {
+    query: Result<Query<ListPage>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
+    let (after, limit) = query?.0.resolve()?;
     let mut tx = state.db.begin().await?;
-    let nodes = tx.list_nodes().await?;
+    let nodes = tx.list_nodes_page(&after, limit).await?;
     tx.commit().await?;
-    Ok(Json(nodes))
+    Ok(page(nodes, limit, |n: &NodeRow| Cursor {
+        created_at: n.created_at,
+        id: n.id.clone(),
+    }))
 }
 
 /// A certificate as `GET /v1/admin/nodes/{id}` shows it (without its DER).

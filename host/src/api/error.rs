@@ -33,6 +33,18 @@ pub enum ApiError {
     /// that is no longer pending).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The request body is larger than the server accepts.
+    #[error("request body too large")]
+    PayloadTooLarge,
+    /// The client sent too many requests; it may try again after this long.
+    #[error("rate limited")]
+    RateLimited(std::time::Duration),
+    /// The request took longer than the server allows (a body that never arrives).
+    #[error("request timed out")]
+    Timeout,
+    /// The route exists but not with this method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
     /// The host failed (database, signing); logged with the detail.
     #[error("internal error: {0}")]
     Internal(String),
@@ -64,12 +76,82 @@ impl ApiError {
             ),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND", "not found".into()),
             ApiError::Conflict(m) => (StatusCode::CONFLICT, "CONFLICT", m.clone()),
+            ApiError::PayloadTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "PAYLOAD_TOO_LARGE",
+                "the request body is too large".into(),
+            ),
+            ApiError::RateLimited(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "RATE_LIMITED",
+                "too many requests; try again later".into(),
+            ),
+            ApiError::Timeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "REQUEST_TIMEOUT",
+                "the request took too long".into(),
+            ),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "METHOD_NOT_ALLOWED",
+                "method not allowed".into(),
+            ),
             ApiError::Internal(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "UNAVAILABLE",
+                gatehouse_proto::UNAVAILABLE,
                 "try again later".into(),
             ),
         }
+    }
+
+    /// Whether the same request may succeed later: only for a host failure.
+    fn retryable(&self) -> Option<bool> {
+        matches!(self, ApiError::Internal(_) | ApiError::RateLimited(_)).then_some(true)
+    }
+
+    /// The JSON answer for a bare status some layer produced (a 404 of no route, a rejection
+    /// of a path or query extractor), so that every error a client sees has a body.
+    pub(super) fn for_status(status: StatusCode, message: String) -> Response {
+        let code = match status {
+            StatusCode::NOT_FOUND => "NOT_FOUND",
+            StatusCode::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
+            StatusCode::PAYLOAD_TOO_LARGE => "PAYLOAD_TOO_LARGE",
+            StatusCode::REQUEST_TIMEOUT => "REQUEST_TIMEOUT",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
+            StatusCode::TOO_MANY_REQUESTS => "RATE_LIMITED",
+            s if s.is_server_error() => gatehouse_proto::UNAVAILABLE,
+            _ => "INVALID_INPUT",
+        };
+        let message = if status.is_server_error() {
+            "try again later".to_owned()
+        } else {
+            message
+        };
+        (
+            status,
+            Json(Body {
+                code: code.into(),
+                message,
+                retryable: status.is_server_error().then_some(true),
+            }),
+        )
+            .into_response()
+    }
+}
+
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(e: axum::extract::rejection::JsonRejection) -> Self {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge
+        } else {
+            ApiError::InvalidInput(e.body_text())
+        }
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(e: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::InvalidInput(e.body_text())
     }
 }
 
@@ -79,14 +161,21 @@ impl IntoResponse for ApiError {
             tracing::error!(%detail, "request failed");
         }
         let (status, code, message) = self.parts();
-        (
-            status,
-            Json(Body {
-                code: code.into(),
-                message,
-            }),
-        )
-            .into_response()
+        let body = Json(Body {
+            code: code.into(),
+            message,
+            retryable: self.retryable(),
+        });
+        if let ApiError::RateLimited(wait) = self {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            return (
+                status,
+                [(axum::http::header::RETRY_AFTER, seconds.max(1).to_string())],
+                body,
+            )
+                .into_response();
+        }
+        (status, body).into_response()
     }
 }
 

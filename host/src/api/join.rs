@@ -15,7 +15,7 @@ pub(super) async fn join(
     Extension(peer): Extension<Peer>,
     body: Result<Json<JoinRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<JoinResponse>, ApiError> {
-    let Json(request) = body.map_err(|e| ApiError::InvalidInput(e.body_text()))?;
+    let Json(request) = body.map_err(ApiError::from)?;
     let client = ClientInfo {
         addr: Some(peer.addr),
     };

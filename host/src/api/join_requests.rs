@@ -103,7 +103,7 @@ pub(super) async fn list_join_requests(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<JoinRequestView>>, ApiError> {
     authorize(&state, &headers)?;
-    let Query(query) = query.map_err(|e| ApiError::InvalidInput(e.body_text()))?;
+    let Query(query) = query.map_err(ApiError::from)?;
     let filter = state_filter(query.state.as_deref())?;
     let mut tx = state.db.begin().await?;
     let rows = tx.list_join_requests(filter).await?;

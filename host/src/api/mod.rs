@@ -5,36 +5,28 @@ mod admin;
 mod error;
 mod join;
 mod join_requests;
+pub mod limits;
+mod middleware;
 mod mtls;
 mod pools;
 mod provisioning;
 mod renew;
+mod server;
 mod site;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
-use tower::ServiceExt as _;
 
 pub use error::ApiError;
+pub use limits::Limits;
+pub use server::{ServerHandle, serve};
 
 use crate::join::JoinService;
 use crate::store::Db;
-
-/// Largest request body accepted (a TPM answer with its quote and PCRs is a few KiB).
-const MAX_BODY: usize = 256 * 1024;
-/// A TLS handshake that takes longer is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -57,10 +49,19 @@ pub struct Peer {
     pub client_cert: Option<Arc<Vec<u8>>>,
 }
 
-/// The routes.
-pub fn router(state: AppState) -> Router {
+/// The routes, behind the limits that do not need the connection: the body size, the request
+/// timeout, the join rate per source address, control characters in the URI, and a JSON body
+/// for every error.
+pub fn router(state: AppState, limits: &Limits) -> Router {
+    let join_route = match limits.join_rate {
+        Some(rate) => post(join::join).route_layer(axum::middleware::from_fn_with_state(
+            Arc::new(limits::RateLimiter::new(rate)),
+            middleware::rate_limit,
+        )),
+        None => post(join::join),
+    };
     Router::new()
-        .route("/v1/join", post(join::join))
+        .route("/v1/join", join_route)
         .route("/v1/renew", post(renew::renew))
         .route("/v1/leases/{name}/acquire", post(site::acquire))
         .route("/v1/leases/{name}/renew", post(site::renew_lease))
@@ -137,93 +138,20 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/events", get(admin::list_events))
         .route("/v1/admin/audits", get(admin::list_audits))
         .route("/v1/admin/attestors", get(admin::list_attestors))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .fallback(middleware::not_found)
+        .method_not_allowed_fallback(middleware::method_not_allowed)
+        .layer(DefaultBodyLimit::max(limits.max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            limits.max_body,
+            middleware::content_length,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            limits.request_timeout,
+            middleware::timeout,
+        ))
+        .layer(axum::middleware::from_fn(middleware::clean_uri))
+        .layer(axum::middleware::from_fn(middleware::json_errors))
         .with_state(state)
-}
-
-/// A running server; dropping the handle does not stop it, [`ServerHandle::shutdown`] does.
-pub struct ServerHandle {
-    /// The address it listens on.
-    pub addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ServerHandle {
-    /// Stops accepting, lets open connections finish their current requests, and waits.
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
-}
-
-/// Serves `router` over TLS on `listener`.
-pub fn serve(
-    listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
-    router: Router,
-) -> std::io::Result<ServerHandle> {
-    let addr = listener.local_addr()?;
-    let (stop, mut stopped) = watch::channel(false);
-    let acceptor = TlsAcceptor::from(tls);
-    let task = tokio::spawn(async move {
-        let mut connections = tokio::task::JoinSet::new();
-        loop {
-            let (tcp, peer_addr) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                _ = stopped.changed() => break,
-            };
-            let acceptor = acceptor.clone();
-            let router = router.clone();
-            let mut stop_conn = stopped.clone();
-            connections.spawn(async move {
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(peer = %peer_addr, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => return,
-                };
-                let client_cert = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|chain| chain.first())
-                    .map(|leaf| Arc::new(leaf.to_vec()));
-                let peer = Peer { addr: peer_addr, client_cert };
-                let service = router.map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(peer.clone());
-                    req
-                });
-                let builder = auto::Builder::new(TokioExecutor::new());
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(service));
-                tokio::pin!(conn);
-                tokio::select! {
-                    result = conn.as_mut() => {
-                        if let Err(e) = result {
-                            tracing::debug!(peer = %peer_addr, error = %e, "connection ended with an error");
-                        }
-                    }
-                    _ = stop_conn.changed() => {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.await;
-                    }
-                }
-            });
-            // Reap finished connections so the set does not grow without bound.
-            while connections.try_join_next().is_some() {}
-        }
-        while connections.join_next().await.is_some() {}
-    });
-    Ok(ServerHandle { addr, stop, task })
 }
 
 /// A rustls server configuration from PEM files' contents. Clients may present a node

@@ -173,7 +173,7 @@ pub(super) async fn create_pool(
     body: Result<Json<CreatePool>, JsonRejection>,
 ) -> Result<Json<PoolView>, ApiError> {
     authorize(&state, &headers)?;
-    let Json(req) = body.map_err(|e| ApiError::InvalidInput(e.body_text()))?;
+    let Json(req) = body.map_err(ApiError::from)?;
     check_id("tenantId", &req.tenant_id)?;
     check_id("id", &req.id)?;
     if let Some(owner) = &req.owner {
@@ -250,7 +250,7 @@ pub(super) async fn update_pool(
     authorize(&state, &headers)?;
     check_id("the tenant", &tenant)?;
     check_id("the pool id", &id)?;
-    let Json(req) = body.map_err(|e| ApiError::InvalidInput(e.body_text()))?;
+    let Json(req) = body.map_err(ApiError::from)?;
     let attestors = join_attestors(req.policy.join_attestors.as_ref(), runs(&state))?;
     let mut tx = state.db.begin().await?;
     let Some(before) = tx.pool(&tenant, &id).await? else {

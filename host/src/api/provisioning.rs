@@ -35,8 +35,7 @@ const DEFAULT_PRUNE_BATCH: u32 = 5_000;
 const MAX_PRUNE_BATCH: u32 = 100_000;
 
 fn json_body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    body.map(|Json(v)| v)
-        .map_err(|e| ApiError::InvalidInput(e.body_text()))
+    body.map(|Json(v)| v).map_err(ApiError::from)
 }
 
 /// A UUID in its 8-4-4-4-12 hex form, lowercased (as agents claim SMBIOS product UUIDs).

@@ -136,8 +136,7 @@ async fn refuse(
 }
 
 fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    body.map(|Json(b)| b)
-        .map_err(|e| ApiError::InvalidInput(e.body_text()))
+    body.map(|Json(b)| b).map_err(ApiError::from)
 }
 
 fn state_of(row: LeaseRow) -> LeaseState {
@@ -216,6 +215,14 @@ async fn lease(
             .epoch
             .ok_or_else(|| ApiError::InvalidInput("epoch is required".into()))?,
     };
+    // Epochs are stored as signed 64-bit integers and start at 1: a larger one names no lease,
+    // and must be refused here rather than fail in the database as a 5xx.
+    if i64::try_from(epoch).is_err() {
+        return Err(ApiError::InvalidInput(format!(
+            "epoch must be at most {}",
+            i64::MAX
+        )));
+    }
     let what = match op {
         LeaseOp::Acquire => "lease.acquire",
         LeaseOp::Renew => "lease.renew",

@@ -203,6 +203,49 @@ impl Client {
         Ok(Self { http, base, key })
     }
 
+    /// Every row of a paged list (`GET path`), a page of [`LIST_PAGE`] rows per request
+    /// following the host's `x-next-cursor`: each page is one short transaction on the host.
+    async fn list(&self, path: &str) -> anyhow::Result<Value> {
+        let mut rows = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut req = self
+                .http
+                .get(format!("{}{path}", self.base))
+                .bearer_auth(&self.key)
+                .query(&[("limit", LIST_PAGE.to_string())]);
+            if let Some(after) = &after {
+                req = req.query(&[("after", after)]);
+            }
+            let resp = req
+                .send()
+                .await
+                .with_context(|| format!("calling {}{path}", self.base))?;
+            let status = resp.status();
+            let next = resp
+                .headers()
+                .get("x-next-cursor")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let value: Value = resp.json().await.unwrap_or(Value::Null);
+            if !status.is_success() {
+                bail!(
+                    "{status}: {} {}",
+                    escape(value["code"].as_str().unwrap_or("")),
+                    escape(value["message"].as_str().unwrap_or(""))
+                );
+            }
+            let Value::Array(page) = value else {
+                bail!("the host's answer to {path} is not a list");
+            };
+            rows.extend(page);
+            match next {
+                Some(next) if after.as_deref() != Some(next.as_str()) => after = Some(next),
+                _ => return Ok(Value::Array(rows)),
+            }
+        }
+    }
+
     async fn call(
         &self,
         method: reqwest::Method,
@@ -225,8 +268,8 @@ impl Client {
         if !status.is_success() {
             bail!(
                 "{status}: {} {}",
-                value["code"].as_str().unwrap_or(""),
-                value["message"].as_str().unwrap_or("")
+                escape(value["code"].as_str().unwrap_or("")),
+                escape(value["message"].as_str().unwrap_or(""))
             );
         }
         Ok(value)
@@ -280,14 +323,10 @@ pub(super) async fn token(command: TokenCommand) -> anyhow::Result<()> {
             if a.json {
                 print(&created);
             } else {
-                println!("{}", created["token"].as_str().unwrap_or_default());
+                println!("{}", escape(created["token"].as_str().unwrap_or_default()));
             }
         }
-        TokenCommand::List(a) => print(
-            &Client::new(&a.conn)?
-                .call(reqwest::Method::GET, "/v1/admin/tokens", None)
-                .await?,
-        ),
+        TokenCommand::List(a) => print(&Client::new(&a.conn)?.list("/v1/admin/tokens").await?),
         TokenCommand::Revoke { id, conn } => print(
             &Client::new(&conn)?
                 .call(
@@ -353,9 +392,7 @@ pub(super) async fn nodes(
 ) -> anyhow::Result<()> {
     match command {
         NodesCommand::List(a) => {
-            let list = Client::new(&a.conn)?
-                .call(reqwest::Method::GET, "/v1/admin/nodes", None)
-                .await?;
+            let list = Client::new(&a.conn)?.list("/v1/admin/nodes").await?;
             if a.json {
                 write_json(out, &list)?;
             } else {
@@ -506,12 +543,12 @@ fn plan(action: Destructive, node: &Value) -> anyhow::Result<Plan> {
     if !node["deletedAt"].is_null() {
         bail!("{id} is deleted: nothing left to {}", action.name());
     }
-    let live: Vec<&str> = node["certificates"]
+    let live: Vec<String> = node["certificates"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|c| c["revoked"].is_null())
-        .filter_map(|c| c["serial"].as_str())
+        .filter_map(|c| c["serial"].as_str().map(escape))
         .collect();
     let bindings: Vec<String> = node["bindings"]
         .as_array()
@@ -568,7 +605,7 @@ fn plan(action: Destructive, node: &Value) -> anyhow::Result<Plan> {
                 "  free {}{listed}",
                 count(bindings.len() as u64, "binding")
             );
-            if let Some(key) = node["hardwareKey"].as_str() {
+            if let Some(key) = node["hardwareKey"].as_str().map(escape) {
                 let _ = writeln!(t, "  free its hardware key {key}");
             }
             let _ = writeln!(
@@ -610,9 +647,32 @@ fn count(n: u64, thing: &str) -> String {
     }
 }
 
-/// A JSON string's text, `-` for null or anything else.
-fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or("-")
+/// Rows per page the CLI asks for when it lists (the host's maximum).
+const LIST_PAGE: u32 = 1000;
+
+/// A JSON string's text for a terminal, `-` for null or anything else: whatever a machine,
+/// an attestor or the host supplied, with control characters escaped (see [`escape`]).
+fn text(v: &Value) -> String {
+    escape(v.as_str().unwrap_or("-"))
+}
+
+/// `s` with every character that could steer a terminal or hide text (C0 and C1 controls, DEL,
+/// bidirectional overrides) written as `\u{..}`, and `\` doubled so the escapes are
+/// unambiguous.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let steers = c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if steers {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A database time (ms since the Unix epoch) as RFC 3339, or `-`.
@@ -713,7 +773,7 @@ fn write_node(out: &mut (dyn Write + Send), n: &Value) -> anyhow::Result<()> {
     }
     for c in &certs {
         let status = match c["revoked"].as_str() {
-            Some(reason) => format!("revoked ({reason})"),
+            Some(reason) => format!("revoked ({})", escape(reason)),
             None => "live".to_owned(),
         };
         writeln!(
@@ -934,15 +994,18 @@ pub(super) async fn attestors(command: AttestorsCommand) -> anyhow::Result<()> {
         .await?;
     for a in list.as_array().into_iter().flatten() {
         let source = match a["source"]["kind"].as_str() {
-            Some("file") => format!("file {}", a["source"]["path"].as_str().unwrap_or("")),
+            Some("file") => format!(
+                "file {}",
+                escape(a["source"]["path"].as_str().unwrap_or(""))
+            ),
             _ => "built-in".to_owned(),
         };
         println!(
             "{:<16} {:<20} {:<48} {}",
-            a["id"].as_str().unwrap_or(""),
-            a["version"].as_str().unwrap_or(""),
+            escape(a["id"].as_str().unwrap_or("")),
+            escape(a["version"].as_str().unwrap_or("")),
             source,
-            a["sha256"].as_str().unwrap_or("")
+            escape(a["sha256"].as_str().unwrap_or(""))
         );
     }
     Ok(())

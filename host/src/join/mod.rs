@@ -224,7 +224,14 @@ impl JoinService {
                 Err(fault) => {
                     let decision =
                         Decision::host(Refusal::of_fault(&fault)).detail(fault.to_string());
-                    return Err(self.refuse(&mut round, decision).await);
+                    let refused = self.refuse(&mut round, decision).await;
+                    // The host's storage failed, not the machine: the round is recorded (audit
+                    // row, or the refusal sink when the database is down) and answered 503
+                    // retryable, never 403.
+                    if fault == crate::runtime::Fault::Storage {
+                        return Err(JoinError::Unavailable(fault.to_string()));
+                    }
+                    return Err(refused);
                 }
             };
             let Some(session) = call.session else {

@@ -189,3 +189,42 @@ pub fn sqlite_url(path: &Path) -> Result<String, StoreError> {
     url.push_str("?mode=rwc");
     Ok(url)
 }
+
+/// Where a page of a list ordered by `(created_at, id)` starts: after this row. On the wire it
+/// is `<created_at>.<id>` (see [`Cursor::parse`]), opaque to clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// The last row's creation time.
+    pub created_at: i64,
+    /// The last row's id.
+    pub id: String,
+}
+
+impl Cursor {
+    /// The start of the list.
+    pub fn start() -> Self {
+        Self {
+            created_at: i64::MIN,
+            id: String::new(),
+        }
+    }
+
+    /// A cursor as [`fmt::Display`] wrote it; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (at, id) = s.split_once('.')?;
+        let created_at = at.parse().ok()?;
+        if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) {
+            return None;
+        }
+        Some(Self {
+            created_at,
+            id: id.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.created_at, self.id)
+    }
+}

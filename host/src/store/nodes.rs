@@ -112,6 +112,27 @@ impl Tx {
         rows.iter().map(node).collect()
     }
 
+    /// At most `limit` nodes after `after`, in the order of [`Tx::list_nodes`]: one page.
+    pub async fn list_nodes_page(
+        &mut self,
+        after: &super::Cursor,
+        limit: u32,
+    ) -> Result<Vec<NodeRow>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            node_columns!(),
+            " FROM nodes WHERE deleted_at IS NULL \
+             AND (created_at > $1 OR (created_at = $1 AND id > $2)) \
+             ORDER BY created_at, id LIMIT $3"
+        );
+        let q = sqlx::query(sql)
+            .bind(after.created_at)
+            .bind(after.id.as_str())
+            .bind(i64::from(limit));
+        let rows = self.fetch_all(q).await?;
+        rows.iter().map(node).collect()
+    }
+
     /// Moves a node to a new identity generation (a reclaim). False if there is no such node,
     /// it is retired (or deleted), or `new_generation` is not above its current one, so a
     /// generation never goes back and a node an operator removed while a reclaim of it was

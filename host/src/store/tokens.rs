@@ -102,6 +102,27 @@ impl Tx {
         rows.iter().map(token).collect()
     }
 
+    /// At most `limit` tokens after `after`, in the order of [`Tx::list_tokens`]: one page,
+    /// so that a long list never holds a connection for long.
+    pub async fn list_tokens_page(
+        &mut self,
+        after: &super::Cursor,
+        limit: u32,
+    ) -> Result<Vec<TokenRow>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            columns!(),
+            " FROM join_tokens WHERE created_at > $1 OR (created_at = $1 AND id > $2) \
+             ORDER BY created_at, id LIMIT $3"
+        );
+        let q = sqlx::query(sql)
+            .bind(after.created_at)
+            .bind(after.id.as_str())
+            .bind(i64::from(limit));
+        let rows = self.fetch_all(q).await?;
+        rows.iter().map(token).collect()
+    }
+
     /// Revokes a token; false if there is no such id. Revoking twice is harmless.
     pub async fn revoke_token(&mut self, id: &str) -> Result<bool, StoreError> {
         let q = sqlx::query("UPDATE join_tokens SET revoked = 1 WHERE id = $1").bind(id);

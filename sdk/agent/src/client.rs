@@ -206,6 +206,7 @@ pub(crate) async fn post(
     let err: ApiError = serde_json::from_slice(&body).unwrap_or(ApiError {
         code: String::new(),
         message: String::new(),
+        retryable: None,
     });
     if status == reqwest::StatusCode::FORBIDDEN && err.code == ACCESS_DENIED {
         return Err(JoinError::Denied);
@@ -259,6 +260,41 @@ pub async fn join(
     run(client, trust, producer, token, key, options).await
 }
 
+/// Retries of one round the host answered "try again" (503 `UNAVAILABLE` or 429
+/// `RATE_LIMITED`, both `retryable`), and the first wait, doubled each time up to
+/// [`RETRY_MAX_WAIT`]: about 30 s in all before the error is returned.
+const RETRIES: u32 = 6;
+const RETRY_FIRST_WAIT: Duration = Duration::from_millis(500);
+const RETRY_MAX_WAIT: Duration = Duration::from_secs(8);
+
+/// One round, sent again with backoff while the host says it may succeed later (its database
+/// is briefly unreachable, or this address sent too many rounds). A refusal is never retried.
+async fn round_retrying(
+    transport: &mut impl Transport,
+    request: &JoinRequest,
+) -> Result<JoinResponse, JoinError> {
+    let mut wait = RETRY_FIRST_WAIT;
+    let mut attempt = 0;
+    loop {
+        match transport.round(request).await {
+            Err(JoinError::Host { status, .. })
+                if matches!(status, 429 | 503) && attempt < RETRIES =>
+            {
+                attempt += 1;
+                // Spread the retries of many machines hit by the same outage (a clock's
+                // nanoseconds are jitter enough for that).
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos());
+                let jitter = Duration::from_millis(u64::from(nanos % 250));
+                tokio::time::sleep(wait + jitter).await;
+                wait = (wait * 2).min(RETRY_MAX_WAIT);
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn run(
     mut transport: impl Transport,
     trust: &JoinTrust,
@@ -285,7 +321,7 @@ async fn run(
     };
     let mut challenges = 0;
     loop {
-        let response = transport.round(&request).await?;
+        let response = round_retrying(&mut transport, &request).await?;
         match verify_response(trust, &response, &csr_sha256, &spki)? {
             Verified::Joined {
                 node_id,

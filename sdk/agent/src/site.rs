@@ -244,6 +244,7 @@ impl SiteClient {
         let err: ApiError = serde_json::from_slice(&bytes).unwrap_or(ApiError {
             code: String::new(),
             message: String::new(),
+            retryable: None,
         });
         Err(match status {
             reqwest::StatusCode::FORBIDDEN if err.code == ACCESS_DENIED => SiteError::Denied,

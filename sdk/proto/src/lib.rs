@@ -33,12 +33,21 @@ pub use trust::JoinTrust;
 /// host's events, audit rows and log.
 pub const ACCESS_DENIED: &str = "ACCESS_DENIED";
 
+/// The code of a host failure (the database unreachable, say): the same request may succeed
+/// later, and the body says `retryable: true`.
+pub const UNAVAILABLE: &str = "UNAVAILABLE";
+
 /// The error body of every API failure: a stable code and a human message that never carries
 /// the reason for a refusal.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApiError {
-    /// `ACCESS_DENIED`, `INVALID_INPUT`, `NOT_FOUND`, `UNAUTHENTICATED`, `INTERNAL`.
+    /// `ACCESS_DENIED`, `INVALID_INPUT`, `NOT_FOUND`, `UNAUTHENTICATED`, `UNAVAILABLE`,
+    /// `RATE_LIMITED`, `PAYLOAD_TOO_LARGE`, ...
     pub code: String,
     /// A short message for people.
     pub message: String,
+    /// `true` when the same request may succeed later (a host failure, a rate limit): a
+    /// client retries with backoff. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
 }

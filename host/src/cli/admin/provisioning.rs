@@ -124,7 +124,7 @@ pub(in crate::cli) async fn inventory(
     if a.json {
         write_json(out, &row)?;
     } else {
-        let macs: Vec<&str> = row["macs"]
+        let macs: Vec<String> = row["macs"]
             .as_array()
             .into_iter()
             .flatten()
@@ -215,7 +215,7 @@ async fn start(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()>
         .call(reqwest::Method::POST, "/v1/admin/workflows", Some(body))
         .await?;
     if let Some(path) = &a.userdata_out {
-        write_private(path, text(&started["userData"]))?;
+        write_private(path, started["userData"].as_str().unwrap_or_default())?;
     }
     if a.json {
         write_json(out, &started)?;
@@ -234,9 +234,10 @@ async fn start(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()>
             writeln!(out, "user data written to {}", path.display())?;
         }
         None => {
-            // The user data alone on stdout, so it can be redirected into a file as is.
+            // The user data alone on stdout, so it can be redirected into a file as is (the
+            // host renders it; nothing a machine supplied is in it).
             eprintln!("{summary}");
-            write!(out, "{}", text(&started["userData"]))?;
+            write!(out, "{}", started["userData"].as_str().unwrap_or_default())?;
         }
     }
     Ok(())
