@@ -107,13 +107,13 @@ mod fixtures {
     pub(super) use crate::approval::pending_until_approved_through_the_cli_then_admitted_once as approval;
     /// Challenges, then admits on the answer (tests/all/challenge.rs).
     pub(super) use crate::challenge::challenge_two_rounds_spend_the_token_only_on_the_final_one as challenge;
-    /// Writes past the per-call limits in every deferred round (tests/all/transactions.rs).
-    pub(super) use crate::transactions::transactions_kv_writes_past_the_limits_are_refused_in_every_round_and_leave_nothing as kv_flood;
     /// JoinService's rules against hostile attestors (tests/all/policy.rs).
     pub(super) use crate::policy::{
         admit_by_token_id, downgrade_reclaim, foreign_binding_kind, reclaim_any_node,
         replay_approval, spend_then_defer,
     };
+    /// Writes past the per-call limits in every deferred round (tests/all/transactions.rs).
+    pub(super) use crate::transactions::transactions_kv_writes_past_the_limits_are_refused_in_every_round_and_leave_nothing as kv_flood;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn loop_forever() {

@@ -103,7 +103,12 @@ pub struct JoinService {
 
 impl JoinService {
     /// A JoinService over a database, the loaded attestors and the PKI.
-    pub fn new(db: Db, runtime: Arc<Runtime<Staged>>, pki: Arc<Pki>, settings: JoinSettings) -> Self {
+    pub fn new(
+        db: Db,
+        runtime: Arc<Runtime<Staged>>,
+        pki: Arc<Pki>,
+        settings: JoinSettings,
+    ) -> Self {
         Self {
             db,
             runtime,

@@ -93,7 +93,7 @@ async fn migrations_apply_twice_idempotently() {
             .fetch_one(t.db.pool())
             .await
             .unwrap();
-        assert_eq!(applied.get::<i64, _>("n"), 3, "{:?}", t.db.backend());
+        assert_eq!(applied.get::<i64, _>("n"), 5, "{:?}", t.db.backend());
         let roots = sqlx::query("SELECT COUNT(*) AS n FROM tenants WHERE id = 'root'")
             .fetch_one(t.db.pool())
             .await
@@ -987,8 +987,9 @@ async fn join_requests_open_once_and_admit_once() {
             !tx.consume_join_request("tpm", &opened.id).await.unwrap(),
             "admits once"
         );
+        // A used approval reads `used`, distinct from one that lapsed (`expired`).
         let used = tx.join_request("tpm", &opened.id).await.unwrap().unwrap();
-        assert_eq!(used.state, JoinRequestState::Expired);
+        assert_eq!(used.state, JoinRequestState::Used);
 
         assert!(
             tx.decide_join_request(&other.id, &JoinDecision::Deny, now + 10)

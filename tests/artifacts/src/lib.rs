@@ -16,7 +16,9 @@
 //! mod tests {
 //!     # pub fn alloc_forever() {} pub fn join_token_replacement() {} pub fn loop_forever() {}
 //!     # pub fn malformed_result() {} pub fn other_tenant() {} pub fn panic() {} pub fn wit_major() {}
-//!     # pub fn approval() {} pub fn challenge() {}
+//!     # pub fn approval() {} pub fn challenge() {} pub fn kv_flood() {}
+//!     # pub fn admit_by_token_id() {} pub fn downgrade_reclaim() {} pub fn foreign_binding_kind() {}
+//!     # pub fn reclaim_any_node() {} pub fn replay_approval() {} pub fn spend_then_defer() {}
 //!     // #[test] fn loop_forever() { ... gatehouse_test_artifacts::LOOP_FOREVER ... }
 //! }
 //! gatehouse_test_artifacts::foreach_fixture!(assert_tested);

@@ -140,14 +140,21 @@ macro_rules! fixture_is_a_component {
         fn $fixture() {
             let name = stringify!($fixture).replace('_', "-");
             let path = match name.as_str() {
+                "admit-by-token-id" => crate::ADMIT_BY_TOKEN_ID,
                 "alloc-forever" => crate::ALLOC_FOREVER,
                 "approval" => crate::APPROVAL,
                 "challenge" => crate::CHALLENGE,
+                "downgrade-reclaim" => crate::DOWNGRADE_RECLAIM,
+                "foreign-binding-kind" => crate::FOREIGN_BINDING_KIND,
                 "join-token-replacement" => crate::JOIN_TOKEN_REPLACEMENT,
+                "kv-flood" => crate::KV_FLOOD,
                 "loop-forever" => crate::LOOP_FOREVER,
                 "malformed-result" => crate::MALFORMED_RESULT,
                 "other-tenant" => crate::OTHER_TENANT,
                 "panic" => crate::PANIC,
+                "reclaim-any-node" => crate::RECLAIM_ANY_NODE,
+                "replay-approval" => crate::REPLAY_APPROVAL,
+                "spend-then-defer" => crate::SPEND_THEN_DEFER,
                 "wit-major" => crate::WIT_MAJOR,
                 other => panic!("no constant for fixture {other}"),
             };
