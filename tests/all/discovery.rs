@@ -495,7 +495,7 @@ async fn the_site_api_admits_only_live_site_nodes_for_their_own_site() {
             .filter(|t| !t.revoked)
             .map(|t| t.id)
             .collect();
-        assert_eq!(live, [second.id.clone()]);
+        assert_eq!(live, std::slice::from_ref(&second.id));
         // Cancelling the workflow revokes its token and closes the fetch.
         let resp = host
             .http()
