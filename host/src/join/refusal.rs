@@ -195,6 +195,16 @@ mod tests {
         assert_eq!(Refusal::UnknownPool.reason(), "unknown-pool");
         assert_eq!(Refusal::of_fault(&Fault::Storage), Refusal::StorageError);
         assert_eq!(Refusal::of_fault(&Fault::Timeout), Refusal::AttestorFault);
+        assert_eq!(Refusal::of_fault(&Fault::Busy).reason(), "attestor-busy");
+        assert_eq!(
+            Refusal::of_fault(&Fault::WriteLimit("kv")).reason(),
+            "write-limit"
+        );
+        assert_eq!(
+            Refusal::of_fault(&Fault::Timeout).reason(),
+            "attestor-fault"
+        );
+        assert_eq!(Refusal::of_fault(&Fault::Storage).reason(), "storage-error");
         assert!(Refusal::PoolAttestor.overrides_admission());
         assert!(!Refusal::BadCsr.overrides_admission());
     }

@@ -14,8 +14,8 @@ use crate::imports::{CallState, Session, TxBackend, transaction_rep};
 /// despite its own timeouts.
 const WALL_BACKSTOP: Duration = Duration::from_secs(15);
 
-/// Why a call produced no usable outcome. JoinService refuses the join with reason
-/// `attestor-fault` (or `storage-error` for [`Fault::Storage`]) and logs this.
+/// Why a call produced no usable outcome. JoinService refuses the join with the reason
+/// `join::Refusal::of_fault` gives it and logs this.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Fault {
@@ -43,19 +43,6 @@ pub enum Fault {
     /// The guest met a per-call write limit and still admitted or deferred.
     #[error("the attestor met a write limit: {0}")]
     WriteLimit(&'static str),
-}
-
-impl Fault {
-    /// The refusal reason JoinService records for this fault.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Fault::Storage => "storage-error",
-            Fault::UnknownAttestor => "unknown-attestor",
-            Fault::Busy => "attestor-busy",
-            Fault::WriteLimit(_) => "write-limit",
-            _ => "attestor-fault",
-        }
-    }
 }
 
 /// What a call came to.
@@ -330,9 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn fault_reasons() {
-        assert_eq!(Fault::Timeout.reason(), "attestor-fault");
-        assert_eq!(Fault::Storage.reason(), "storage-error");
+    fn fault_display() {
         assert_eq!(
             Fault::Malformed("x".into()).to_string(),
             "the attestor returned a malformed outcome: x"
