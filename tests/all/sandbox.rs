@@ -217,7 +217,7 @@ mod fixtures {
         assert!(err.contains(&name), "{err}");
         assert!(
             err.contains("better-compute:attestor@1.0.0")
-                && err.contains("better-compute:attestor@0.1.0"),
+                && err.contains("better-compute:attestor@0.2.0"),
             "{err}"
         );
     }

@@ -294,3 +294,115 @@ async fn transactions_hostile_joins_in_flight_refuse_only_themselves() {
         hostile_joins_refuse_only_themselves(backend).await;
     }
 }
+
+/// Rule 11 for the host's own storage: a join that cannot get the rows it needs is answered 503
+/// `{retryable: true}`, never refused, spends nothing, and leaves one `storage-error` audit row;
+/// once the rows are free the same request is admitted. Two places: the attestor's read of its
+/// token (which waits while another transaction holds the row, up to `statement_timeout`), and
+/// the locked phase (the pool's row, share-locked there, held past `lock_timeout` in each of
+/// the round's attempts). PostgreSQL only: SQLite has no row locks, and its busy writer takes
+/// the same path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_storage_contention_is_retryable_and_audited() {
+    if !backends().contains(&Backend::Postgres) {
+        eprintln!("skipped: DATABASE_URL is not set, and this test needs PostgreSQL");
+        return;
+    }
+    use sqlx::Connection as _;
+    let host = TestHost::start(Backend::Postgres).await;
+    let created = host
+        .http()
+        .post(format!("{}/v1/admin/pools", host.url()))
+        .bearer_auth(&host.admin_key)
+        .json(&serde_json::json!({ "id": "held" }))
+        .send()
+        .await
+        .unwrap();
+    assert!(created.status().is_success(), "{created:?}");
+    let mut watch = sqlx::PgConnection::connect(&host.database_url)
+        .await
+        .unwrap();
+    let mut audited = Vec::new();
+
+    for held in ["join_tokens", "pools"] {
+        let token = host
+            .create_token_with(serde_json::json!({
+                "role": "node", "uses": 1, "ttlSeconds": 3600, "poolId": "held",
+            }))
+            .await;
+        let key = NodeKey::generate().unwrap();
+        let csr = build_csr(&key).unwrap();
+        let csr_sha256: [u8; 32] =
+            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&csr)).into();
+        let request = JoinRequest {
+            attestor: String::new(),
+            role: Role::Node,
+            sealed_token: Some(
+                gatehouse_proto::seal_token(&host.trust.join_encryption_key, &token, &csr_sha256)
+                    .unwrap(),
+            ),
+            attestation: vec![],
+            csr,
+            claims: Claims::default(),
+            round: 1,
+        };
+        let client = JoinClient::new(&host.url(), &host.trust).unwrap();
+
+        let mut holder = sqlx::PgConnection::connect(&host.database_url)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+        let lock = match held {
+            "join_tokens" => "SELECT id FROM join_tokens WHERE id = $1 FOR UPDATE",
+            _ => "SELECT id FROM pools WHERE id = $1 FOR UPDATE",
+        };
+        let id = if held == "join_tokens" {
+            token.id.as_str()
+        } else {
+            "held"
+        };
+        sqlx::query(lock)
+            .bind(id)
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        match client.send(&request).await {
+            Err(JoinError::Host { status, code, .. }) => {
+                assert_eq!((status, code.as_str()), (503, "UNAVAILABLE"), "{held}");
+            }
+            other => panic!(
+                "{held}: expected a retryable 503, got {:?}; refusals {:?}",
+                other.map(|_| ()),
+                host.refusal_reasons().await
+            ),
+        }
+        audited.push("storage-error".to_owned());
+        assert_eq!(host.refusal_reasons().await, audited, "{held}");
+        assert_eq!(
+            uses_left(&mut watch, &token.id).await,
+            1,
+            "{held}: nothing spent"
+        );
+        sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+
+        let response = client
+            .send(&request)
+            .await
+            .unwrap_or_else(|e| panic!("{held}: admitted once the row is free: {e}"));
+        gatehouse_agent::verify_response(&host.trust, &response, &csr_sha256, &key.spki_der())
+            .unwrap();
+        assert_eq!(uses_left(&mut watch, &token.id).await, 0, "{held}");
+        assert_eq!(host.refusal_reasons().await, audited, "{held}");
+    }
+    host.stop().await;
+}
+
+/// A token's uses left, read directly.
+async fn uses_left(conn: &mut sqlx::PgConnection, id: &str) -> i64 {
+    let (left,): (i64,) = sqlx::query_as("SELECT uses_left FROM join_tokens WHERE id = $1")
+        .bind(id)
+        .fetch_one(conn)
+        .await
+        .unwrap();
+    left
+}

@@ -81,7 +81,7 @@ pub const CLOCK_SKEW: &str = "clock-skew";
 pub const MAC_NOT_CLAIMED: &str = "mac-not-claimed";
 /// The operator denied the join request.
 pub const JOIN_REQUEST_DENIED: &str = "join-request-denied";
-/// The join request lapsed, or its approval was used before it could admit.
+/// The join request lapsed before it could admit.
 pub const JOIN_REQUEST_EXPIRED: &str = "join-request-expired";
 /// The join request's approval already admitted this CSR.
 pub const JOIN_REQUEST_USED: &str = "join-request-used";
@@ -364,7 +364,7 @@ impl Discovery {
 /// A copy rather than a dependency on join-token's rlib: the host builds every built-in
 /// attestor in one cargo invocation, where feature unification turns join-token's `component`
 /// feature on for the rlib too, and its verifier exports then collide with this component's at
-/// link time (duplicate `better-compute:attestor/verifier@0.1.0#…` symbols).
+/// link time (duplicate `better-compute:attestor/verifier@0.2.0#…` symbols).
 fn checked_discovery_token(cx: &Context<'_>, request: &JoinRequest) -> Result<Token, Refusal> {
     let opened = request
         .token
@@ -519,6 +519,7 @@ fn approval(
         JoinRequestState::Approved => Ok(Approved::Yes((key, row))),
         JoinRequestState::Denied => Err(refusal(JOIN_REQUEST_DENIED)),
         JoinRequestState::Expired => Err(refusal(JOIN_REQUEST_EXPIRED)),
+        JoinRequestState::Used => Err(refusal(JOIN_REQUEST_USED)),
     }
 }
 

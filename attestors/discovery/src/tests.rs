@@ -222,7 +222,7 @@ impl Tx for FakeTx {
         if row.state != JoinRequestState::Approved {
             return Err(TxError::Invalid("not approved".into()));
         }
-        row.state = JoinRequestState::Expired;
+        row.state = JoinRequestState::Used;
         Ok(())
     }
     fn kv_get(&self, key: &str) -> Result<Option<Vec<u8>>, TxError> {

@@ -1,6 +1,6 @@
 //! `tpm`, Gatehouse's built-in TPM attestor: a machine is its TPM's endorsement key (EK).
 //!
-//! Two rounds, the go-attestation enrollment flow ([`gatehouse_proto::tpm`] is the wire
+//! Two rounds (three when an operator approves), the go-attestation enrollment flow ([`gatehouse_proto::tpm`] is the wire
 //! contract); every TPM structure is checked by the host's native `tpm` import through
 //! [`gatehouse_sdk::Crypto`]'s `tpm_*` methods.
 //!
@@ -122,7 +122,9 @@ impl Attestor for Tpm {
         Info {
             id: "tpm".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            rounds: 2,
+            // Enroll, answer, and on an approval the answer to the fresh challenge for the
+            // approved EK (see the module docs).
+            rounds: 3,
         }
     }
 
@@ -477,6 +479,7 @@ impl Tpm {
             .into()),
             JoinRequestState::Denied => Err(refuse(JOIN_REQUEST_DENIED)),
             JoinRequestState::Expired => Err(refuse(JOIN_REQUEST_EXPIRED)),
+            JoinRequestState::Used => Err(refuse(JOIN_REQUEST_USED)),
             JoinRequestState::Approved => {
                 // Only an answer to a challenge issued for this approved request proves that
                 // the TPM the operator approved is the one asking now; anything else (the

@@ -100,11 +100,8 @@ pub(super) fn join_request(r: store::JoinRequestRow) -> JoinRequestRow {
             store::JoinRequestState::Pending => JoinRequestState::Pending,
             store::JoinRequestState::Approved => JoinRequestState::Approved,
             store::JoinRequestState::Denied => JoinRequestState::Denied,
-            // The WIT enum has no `used` yet (0.1.0): an attestor reads a used request as
-            // expired, which admits nothing either; operators read `used`.
-            store::JoinRequestState::Used | store::JoinRequestState::Expired => {
-                JoinRequestState::Expired
-            }
+            store::JoinRequestState::Expired => JoinRequestState::Expired,
+            store::JoinRequestState::Used => JoinRequestState::Used,
         },
         subject: r.subject,
         csr_sha256: r.csr_sha256.to_vec(),

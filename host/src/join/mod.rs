@@ -209,7 +209,8 @@ impl JoinService {
             round: round.round,
         };
 
-        for attempt in 1..=MAX_ATTEMPTS {
+        let mut attempt = 1;
+        loop {
             // The guest runs on committed reads with its writes buffered: no transaction, no
             // lock and no connection is held while it runs (rule: one attestor cannot stall
             // the others).
@@ -268,54 +269,108 @@ impl JoinService {
             // apply the buffered writes, then JoinService's policy, issuance, audit and commit.
             let Session {
                 backend: staged,
-                mut effects,
+                effects,
                 ..
             } = session;
-            let mut tx = self.db.begin().await.map_err(|e| unavailable("begin", e))?;
-            let changed = match staged.settle(&mut tx, &mut effects, apply).await {
-                Ok(()) => None,
-                Err(Settle::Conflict(what)) => {
-                    Some(format!("{what} changed while the attestor ran"))
-                }
-                Err(Settle::Store(e)) if e.is_contention() => Some(e.to_string()),
-                Err(Settle::NoUsesLeft(id)) => {
-                    drop(tx);
-                    round.token_id = Some(id);
-                    return Err(self
-                        .refuse(&mut round, Decision::host(Refusal::NoUsesLeft))
-                        .await);
-                }
-                Err(e) => return Err(unavailable("settle", e)),
+            let locked = Locked {
+                staged,
+                effects,
+                apply,
+                decided,
+                request: Admitting {
+                    role: request.role,
+                    claims: &claims,
+                    token: token.as_ref().map(|t| policy::RequestToken {
+                        id: &t.id,
+                        secret: &t.secret,
+                    }),
+                    csr: &csr,
+                },
             };
-            if let Some(changed) = changed {
-                drop(tx);
-                tracing::info!(attestor = %round.attestor, attempt, %changed, "join round run again");
-                if attempt == MAX_ATTEMPTS {
-                    let decision = Decision::host(Refusal::JoinConflict).detail(changed);
-                    return Err(self.refuse(&mut round, decision).await);
+            match self.locked_phase(&mut round, locked).await {
+                Ok(response) => return Ok(response),
+                // What the attestor read changed, or another transaction held a row this one
+                // needed: the round runs again on what is committed now.
+                Err(Stop::Conflict(why)) if attempt < MAX_ATTEMPTS => {
+                    tracing::info!(attestor = %round.attestor, attempt, %why, "join round run again");
                 }
-                continue;
+                Err(Stop::Storage(failure)) if failure.contention && attempt < MAX_ATTEMPTS => {
+                    tracing::info!(attestor = %round.attestor, attempt, %failure, "join round run again");
+                }
+                Err(stop) => return Err(self.stopped(&mut round, stop).await),
             }
-            return match decided {
-                Decided::Deferred(deferral) => self.defer(&mut round, tx, deferral, &csr).await,
-                Decided::Admitted(result) => {
-                    let admission = Admitting {
-                        role: request.role,
-                        claims: &claims,
-                        token: token.as_ref().map(|t| policy::RequestToken {
-                            id: &t.id,
-                            secret: &t.secret,
-                        }),
-                        csr: &csr,
-                    };
-                    self.admit(&mut round, tx, effects, result.into(), &admission)
-                        .await
-                }
-            };
+            attempt += 1;
         }
-        Err(self
-            .refuse(&mut round, Decision::host(Refusal::JoinConflict))
-            .await)
+    }
+
+    /// The locked phase of one attempt: one short write transaction that locks and re-reads
+    /// what the attestor read, applies its buffered writes, and defers or admits.
+    async fn locked_phase(
+        &self,
+        round: &mut Round,
+        locked: Locked<'_>,
+    ) -> Result<JoinResponse, Stop> {
+        let Locked {
+            staged,
+            mut effects,
+            apply,
+            decided,
+            request,
+        } = locked;
+        let mut tx = self.db.begin().await.map_err(storage("begin"))?;
+        match staged.settle(&mut tx, &mut effects, apply).await {
+            Ok(()) => {}
+            Err(Settle::Conflict(what)) => {
+                return Err(Stop::Conflict(format!(
+                    "{what} changed while the attestor ran"
+                )));
+            }
+            Err(Settle::NoUsesLeft(id)) => {
+                drop(tx);
+                round.token_id = Some(id);
+                return Err(self
+                    .refused(round, Decision::host(Refusal::NoUsesLeft))
+                    .await);
+            }
+            Err(Settle::Store(e)) => return Err(storage("settle")(e)),
+            Err(Settle::Backend(e)) => return Err(failed("settle")(e)),
+        }
+        match decided {
+            Decided::Deferred(deferral) => self.defer(round, tx, deferral, request.csr).await,
+            Decided::Admitted(result) => {
+                self.admit(round, tx, effects, result.into(), &request)
+                    .await
+            }
+        }
+    }
+
+    /// Records a round the host's storage failed (its audit row when the database takes it,
+    /// and the refusal sink in any case, as for every refusal) and returns the retryable
+    /// error the machine reads as 503, never a refusal: nothing was spent or issued.
+    async fn unavailable(&self, round: &mut Round, failure: StorageFailure) -> JoinError {
+        tracing::error!(attestor = %round.attestor, %failure, "join failed");
+        let decision = Decision::host(Refusal::StorageError).detail(failure.to_string());
+        self.refuse(round, decision).await;
+        JoinError::Unavailable(failure.to_string())
+    }
+
+    /// The error a locked phase that stopped for good becomes, recorded: a conflict that
+    /// outlived its attempts is refused `join-conflict`; a storage failure is answered
+    /// retryable ([`Self::unavailable`]).
+    async fn stopped(&self, round: &mut Round, stop: Stop) -> JoinError {
+        match stop {
+            Stop::Refused(refused) => refused,
+            Stop::Conflict(why) => {
+                let decision = Decision::host(Refusal::JoinConflict).detail(why);
+                self.refuse(round, decision).await
+            }
+            Stop::Storage(failure) => self.unavailable(round, failure).await,
+        }
+    }
+
+    /// [`Self::refuse`], as the locked phase's [`Stop`].
+    async fn refused(&self, round: &mut Round, decision: Decision) -> Stop {
+        Stop::Refused(self.refuse(round, decision).await)
     }
 
     /// Whether the operator lets `attestor` re-key nodes without a token: its
@@ -337,7 +392,7 @@ impl JoinService {
         mut tx: Tx,
         deferral: Deferral,
         csr: &VerifiedCsr,
-    ) -> Result<JoinResponse, JoinError> {
+    ) -> Result<JoinResponse, Stop> {
         let wire = match deferral {
             Deferral::Approval(a) => {
                 round.subject = Some(format!("join-request:{}", a.request_id));
@@ -353,7 +408,7 @@ impl JoinService {
             }
             Deferral::Challenge(c) => {
                 // Never advertise a deadline later than challenge state can live.
-                let now = tx.now().await.map_err(|e| unavailable("now", e))?;
+                let now = tx.now().await.map_err(storage("now"))?;
                 WireDeferral::Challenge(Challenge {
                     attestor: round.attestor.clone(),
                     payload: c.payload,
@@ -370,14 +425,11 @@ impl JoinService {
             chain: vec![],
             deferral: Some(wire),
         };
-        let response = self
-            .pki
-            .sign_response(&body)
-            .map_err(|e| unavailable("sign", e))?;
+        let response = self.pki.sign_response(&body).map_err(failed("sign"))?;
         record::write(&mut tx, round, &Decision::deferred())
             .await
-            .map_err(|e| unavailable("record", e))?;
-        tx.commit().await.map_err(|e| unavailable("commit", e))?;
+            .map_err(storage("record"))?;
+        tx.commit().await.map_err(storage("commit"))?;
         record::log(round, &Decision::deferred());
         Ok(response)
     }
@@ -389,11 +441,11 @@ impl JoinService {
         effects: Effects,
         mut result: Admission,
         request: &Admitting<'_>,
-    ) -> Result<JoinResponse, JoinError> {
+    ) -> Result<JoinResponse, Stop> {
         round.subject = result.subject.clone();
         round.node_key = result.node_key;
         round.token_id = result.token_id.clone().or(round.token_id.take());
-        let now = tx.now().await.map_err(|e| unavailable("now", e))?;
+        let now = tx.now().await.map_err(storage("now"))?;
         let locked: Vec<LockedToken> = effects
             .locked_tokens
             .iter()
@@ -401,19 +453,19 @@ impl JoinService {
             .collect();
         let minted_for = provisioned_target(&mut tx, &locked, &result)
             .await
-            .map_err(|e| unavailable("token workflow", e))?;
+            .map_err(storage("token workflow"))?;
         let mut approvals = Vec::with_capacity(effects.consumed_join_requests.len());
         for id in &effects.consumed_join_requests {
             match tx
                 .find_join_request(id)
                 .await
-                .map_err(|e| unavailable("join request", e))?
+                .map_err(storage("join request"))?
             {
                 Some(row) => approvals.push(row),
                 None => {
                     drop(tx);
                     return Err(self
-                        .refuse(round, Decision::host(Refusal::ApprovalMismatch))
+                        .refused(round, Decision::host(Refusal::ApprovalMismatch))
                         .await);
                 }
             }
@@ -457,7 +509,7 @@ impl JoinService {
                     drop(tx);
                     round.node_id = result.node_id.clone();
                     round.tenant_id = result.tenant_id.clone();
-                    return Err(self.refuse(round, Decision::host(refusal)).await);
+                    return Err(self.refused(round, Decision::host(refusal)).await);
                 }
             };
             let key = policy::trusted_hardware_key(token, request.role);
@@ -465,7 +517,7 @@ impl JoinService {
                 Some(key) => tx
                     .hardware_key_holder(key)
                     .await
-                    .map_err(|e| unavailable("hardware key", e))?,
+                    .map_err(storage("hardware key"))?,
                 None => None,
             };
             match policy::hardware_key_admits(
@@ -483,7 +535,7 @@ impl JoinService {
                     drop(tx);
                     round.node_id = held_by.or(placement.node_id);
                     round.tenant_id = Some(placement.tenant_id);
-                    return Err(self.refuse(round, Decision::host(Refusal::Reclaim)).await);
+                    return Err(self.refused(round, Decision::host(Refusal::Reclaim)).await);
                 }
             }
         };
@@ -500,11 +552,11 @@ impl JoinService {
                 id: pool_id.clone(),
             }])
             .await
-            .map_err(|e| unavailable("lock pool", e))?;
+            .map_err(storage("lock pool"))?;
             let pool = tx
                 .pool(&placement.tenant_id, pool_id)
                 .await
-                .map_err(|e| unavailable("pool", e))?;
+                .map_err(storage("pool"))?;
             if let Err(refusal) = policy::pool_admits(pool.as_ref(), &round.attestor) {
                 drop(tx);
                 round.node_id = placement.node_id.clone();
@@ -512,7 +564,7 @@ impl JoinService {
                 let decision = Decision::host(refusal)
                     .with("poolId", pool_id.as_str())
                     .with("owner", owner);
-                return Err(self.refuse(round, decision).await);
+                return Err(self.refused(round, decision).await);
             }
         }
 
@@ -521,13 +573,13 @@ impl JoinService {
             match tx
                 .bound_node(&b.kind, &b.value)
                 .await
-                .map_err(|e| unavailable("bound_node", e))?
+                .map_err(storage("bound_node"))?
             {
                 Some(other) if Some(&other) != placement.node_id.as_ref() => {
                     drop(tx);
                     round.node_id = Some(other);
                     return Err(self
-                        .refuse(round, Decision::host(Refusal::BoundElsewhere))
+                        .refused(round, Decision::host(Refusal::BoundElsewhere))
                         .await);
                 }
                 _ => {}
@@ -535,7 +587,7 @@ impl JoinService {
         }
 
         let existing = match &placement.node_id {
-            Some(id) => tx.node(id).await.map_err(|e| unavailable("node", e))?,
+            Some(id) => tx.node(id).await.map_err(storage("node"))?,
             None => None,
         };
         let (node_id, generation) = match (&placement.node_id, &existing) {
@@ -545,23 +597,23 @@ impl JoinService {
                 let moved = tx
                     .rekey_node(id, generation, now)
                     .await
-                    .map_err(|e| unavailable("rekey", e))?;
+                    .map_err(storage("rekey"))?;
                 if !moved {
                     // Another reclaim committed first, or the node was retired or deleted
                     // meanwhile: refused with its reason; the agent may try again.
                     drop(tx);
                     round.node_id = Some(id.clone());
                     return Err(self
-                        .refuse(round, Decision::host(Refusal::ReclaimRace))
+                        .refused(round, Decision::host(Refusal::ReclaimRace))
                         .await);
                 }
                 tx.revoke_node_certs_below(id, generation)
                     .await
-                    .map_err(|e| unavailable("revoke", e))?;
+                    .map_err(storage("revoke"))?;
                 if let Some(key) = &hardware_key {
                     tx.fill_hardware_key(id, key)
                         .await
-                        .map_err(|e| unavailable("hardware key", e))?;
+                        .map_err(storage("hardware key"))?;
                 }
                 (id.clone(), generation)
             }
@@ -578,7 +630,7 @@ impl JoinService {
                     created_at: now,
                 })
                 .await
-                .map_err(|e| unavailable("insert node", e))?;
+                .map_err(storage("insert node"))?;
                 (id, 1)
             }
         };
@@ -591,10 +643,10 @@ impl JoinService {
                     drop(tx);
                     round.node_id = Some(other);
                     return Err(self
-                        .refuse(round, Decision::host(Refusal::BoundElsewhere))
+                        .refused(round, Decision::host(Refusal::BoundElsewhere))
                         .await);
                 }
-                Err(e) => return Err(unavailable("bind", e)),
+                Err(e) => return Err(storage("bind")(e)),
             }
         }
 
@@ -634,8 +686,8 @@ impl JoinService {
         let decision = Decision::admitted();
         record::write(&mut tx, round, &decision)
             .await
-            .map_err(|e| unavailable("record", e))?;
-        tx.commit().await.map_err(|e| unavailable("commit", e))?;
+            .map_err(storage("record"))?;
+        tx.commit().await.map_err(storage("commit"))?;
         record::log(round, &decision);
         Ok(response)
     }
@@ -647,7 +699,7 @@ impl JoinService {
         tx: &mut Tx,
         cert: &Issue<'_>,
         csr: &VerifiedCsr,
-    ) -> Result<JoinResponse, JoinError> {
+    ) -> Result<JoinResponse, Stop> {
         let mut ttl = self.settings.cert_ttl_seconds;
         if cert.role == NodeRole::Ramdisk {
             ttl = ttl.min(RAMDISK_MAX_TTL_SECONDS);
@@ -668,7 +720,7 @@ impl JoinService {
                 not_before_ms: not_before,
                 not_after_ms: not_after,
             })
-            .map_err(|e| unavailable("issue", e))?;
+            .map_err(failed("issue"))?;
         tx.insert_node_cert(&NewNodeCert {
             serial: issued.serial_hex.clone(),
             node_id: cert.node_id.to_owned(),
@@ -681,7 +733,7 @@ impl JoinService {
             created_at: cert.now,
         })
         .await
-        .map_err(|e| unavailable("insert cert", e))?;
+        .map_err(storage("insert cert"))?;
         let body = JoinResponseBody {
             v: 1,
             csr_sha256: hex::encode(csr.sha256),
@@ -689,9 +741,7 @@ impl JoinService {
             chain: vec![issued.der, self.pki.node_ca_der().to_vec()],
             deferral: None,
         };
-        self.pki
-            .sign_response(&body)
-            .map_err(|e| unavailable("sign", e))
+        self.pki.sign_response(&body).map_err(failed("sign"))
     }
 
     /// Records a refusal in a transaction of its own (the round's was rolled back), offers a
@@ -775,25 +825,25 @@ async fn node_state(
     tx: &mut Tx,
     id: &str,
     now: i64,
-) -> Result<Option<(NodeRow, policy::NodeState)>, JoinError> {
+) -> Result<Option<(NodeRow, policy::NodeState)>, Stop> {
     // Locked for the rest of the round (rule: decisions read locked rows).
     tx.lock_rows(&[RowLock::Node(id.to_owned())])
         .await
-        .map_err(|e| unavailable("lock node", e))?;
-    let Some(node) = tx.node(id).await.map_err(|e| unavailable("node", e))? else {
+        .map_err(storage("lock node"))?;
+    let Some(node) = tx.node(id).await.map_err(storage("node"))? else {
         return Ok(None);
     };
     let binding_kinds = tx
         .node_bindings(id)
         .await
-        .map_err(|e| unavailable("node bindings", e))?
+        .map_err(storage("node bindings"))?
         .into_iter()
         .map(|(kind, _)| kind)
         .collect();
     let tpm_bound = tx
         .live_node_certs(id, now)
         .await
-        .map_err(|e| unavailable("node certificates", e))?
+        .map_err(storage("node certificates"))?
         .iter()
         .any(|c| c.generation == node.identity_generation && policy::names_tpm_ak(&c.statements));
     Ok(Some((
@@ -813,9 +863,56 @@ struct Admitting<'a> {
     csr: &'a VerifiedCsr,
 }
 
-fn unavailable(what: &str, e: impl std::fmt::Display) -> JoinError {
-    tracing::error!(step = what, error = %e, "join failed");
-    JoinError::Unavailable(format!("{what}: {e}"))
+/// What one attempt's locked phase needs: the call's buffered writes and what it decided.
+struct Locked<'a> {
+    staged: Staged,
+    effects: Effects,
+    apply: Apply,
+    decided: Decided,
+    request: Admitting<'a>,
+}
+
+/// Why a locked phase ended without an answer.
+enum Stop {
+    /// Refused, and recorded: the machine reads ACCESS_DENIED.
+    Refused(JoinError),
+    /// What the attestor read changed before it could be locked: run the round again.
+    Conflict(String),
+    /// The host's storage (or signing) failed: nothing was spent or issued.
+    Storage(StorageFailure),
+}
+
+/// A failure of the host's own, at one step of the locked phase.
+#[derive(Debug, thiserror::Error)]
+#[error("{step}: {error}")]
+struct StorageFailure {
+    step: &'static str,
+    error: String,
+    /// Another transaction held what this one needed (a busy SQLite, a Postgres deadlock or
+    /// serialization failure): running the round again may succeed.
+    contention: bool,
+}
+
+/// Maps a store error at `step` to a [`Stop`], noting whether it was contention.
+fn storage(step: &'static str) -> impl FnOnce(StoreError) -> Stop {
+    move |e| {
+        Stop::Storage(StorageFailure {
+            step,
+            contention: e.is_contention(),
+            error: e.to_string(),
+        })
+    }
+}
+
+/// Maps a failure that is not the database's (signing, issuing) at `step` to a [`Stop`].
+fn failed<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> Stop {
+    move |e| {
+        Stop::Storage(StorageFailure {
+            step,
+            contention: false,
+            error: e.to_string(),
+        })
+    }
 }
 
 fn node_role(role: Role) -> NodeRole {

@@ -10,8 +10,8 @@
 use gatehouse_proto::{JoinResponse, RenewRequest};
 
 use super::record::{self, Decision, Round};
-use super::{Issue, JoinError, JoinService, unavailable};
-use crate::pki::verify_csr;
+use super::{Issue, JoinError, JoinService, MAX_ATTEMPTS, Stop, storage};
+use crate::pki::{VerifiedCsr, verify_csr};
 use crate::store::{NodeCertRow, NodeRole, NodeRow, Revocation, Tx};
 
 /// Why a renewal was refused: the reason in `security.renew.refused` and the audit row.
@@ -140,16 +140,34 @@ impl JoinService {
         };
         round.csr_sha256 = Some(csr.sha256);
 
-        let mut tx = self.db.begin().await.map_err(|e| unavailable("begin", e))?;
-        let (cert, node, now) = match lookup(&mut tx, leaf).await {
-            Ok(Some(found)) => found,
-            Ok(None) => {
-                drop(tx);
-                return Err(self
-                    .refuse(&mut round, refused(RenewRefusal::UnknownCertificate))
-                    .await);
+        let mut attempt = 1;
+        loop {
+            match self.renew_locked(&mut round, leaf, &request, &csr).await {
+                Ok(response) => return Ok(response),
+                // Another transaction held the node or its certificate: try again.
+                Err(Stop::Storage(failure)) if failure.contention && attempt < MAX_ATTEMPTS => {
+                    tracing::info!(attempt, %failure, "renewal run again");
+                    attempt += 1;
+                }
+                Err(stop) => return Err(self.stopped(&mut round, stop).await),
             }
-            Err(e) => return Err(e),
+        }
+    }
+
+    /// One attempt of a renewal, in one write transaction.
+    async fn renew_locked(
+        &self,
+        round: &mut Round,
+        leaf: &[u8],
+        request: &RenewRequest,
+        csr: &VerifiedCsr,
+    ) -> Result<JoinResponse, Stop> {
+        let mut tx = self.db.begin().await.map_err(storage("begin"))?;
+        let Some((cert, node, now)) = lookup(&mut tx, leaf).await? else {
+            drop(tx);
+            return Err(self
+                .refused(round, refused(RenewRefusal::UnknownCertificate))
+                .await);
         };
         round.node_id = Some(cert.node_id.clone());
         round.tenant_id = node.as_ref().map(|n| n.tenant_id.clone());
@@ -157,10 +175,10 @@ impl JoinService {
         // A leaf naming a TPM AK renews only with that AK's certification of the CSR's key
         // (see `key_attestation`); its statements are carried into the new certificate.
         if let Err(refusal) = check(&cert, node.as_ref(), now).and_then(|()| {
-            super::key_attestation::check(&cert.statements, request.key_attestation.as_ref(), &csr)
+            super::key_attestation::check(&cert.statements, request.key_attestation.as_ref(), csr)
         }) {
             drop(tx);
-            return Err(self.refuse(&mut round, refused(refusal)).await);
+            return Err(self.refused(round, refused(refusal)).await);
         }
 
         let response = self
@@ -174,15 +192,15 @@ impl JoinService {
                     shorter_ttl_seconds: renewal_ttl_seconds(&cert),
                     now,
                 },
-                &csr,
+                csr,
             )
             .await?;
         let decision = Decision::admitted();
-        record::write(&mut tx, &round, &decision)
+        record::write(&mut tx, round, &decision)
             .await
-            .map_err(|e| unavailable("record", e))?;
-        tx.commit().await.map_err(|e| unavailable("commit", e))?;
-        record::log(&round, &decision);
+            .map_err(storage("record"))?;
+        tx.commit().await.map_err(storage("commit"))?;
+        record::log(round, &decision);
         Ok(response)
     }
 }
@@ -207,7 +225,7 @@ fn refused(r: RenewRefusal) -> Decision {
 async fn lookup(
     tx: &mut Tx,
     leaf: &[u8],
-) -> Result<Option<(NodeCertRow, Option<NodeRow>, i64)>, JoinError> {
+) -> Result<Option<(NodeCertRow, Option<NodeRow>, i64)>, Stop> {
     let Some(first) = cert_row(tx, leaf).await? else {
         return Ok(None);
     };
@@ -218,18 +236,18 @@ async fn lookup(
     let node = tx
         .lock_node(&first.node_id)
         .await
-        .map_err(|e| unavailable("node", e))?;
+        .map_err(storage("node"))?;
     let Some(cert) = cert_row(tx, leaf).await? else {
         return Ok(None);
     };
-    let now = tx.now().await.map_err(|e| unavailable("now", e))?;
+    let now = tx.now().await.map_err(storage("now"))?;
     Ok(Some((cert, node, now)))
 }
 
-async fn cert_row(tx: &mut Tx, leaf: &[u8]) -> Result<Option<NodeCertRow>, JoinError> {
+async fn cert_row(tx: &mut Tx, leaf: &[u8]) -> Result<Option<NodeCertRow>, Stop> {
     tx.node_cert_by_der(leaf)
         .await
-        .map_err(|e| unavailable("node_cert", e))
+        .map_err(storage("node_cert"))
 }
 
 #[cfg(test)]

@@ -78,15 +78,29 @@ pub(super) async fn verify<B: TxBackend>(
     let started = Instant::now();
     let mut store = Store::new(pre.engine(), CallState::new(Some(session), memory_limit));
     store.limiter(|s| &mut s.limiter);
-    // Check the deadline every epoch tick, counting guest execution only (time in host
-    // imports is excluded), and yield to the executor each tick so a spinning guest does not
-    // hold a runtime thread.
+    // Check the deadline every epoch tick and yield to the executor each tick, so a spinning
+    // guest does not hold an attestor thread. The deadline counts guest execution only: wall
+    // time less time in host imports and less time spent queued for a thread after a yield,
+    // so a call waiting behind busy guests is not charged for their turns.
     store.set_epoch_deadline(1);
+    let mut queued = Duration::ZERO;
+    let mut yielded_at: Option<Instant> = None;
     store.epoch_deadline_callback(move |cx| {
-        let guest = started.elapsed().saturating_sub(cx.data().host_time);
+        if let Some(at) = yielded_at.take() {
+            // The first check after the call resumed (the epoch moved on while it waited):
+            // a full tick of work before the next yield, or a congested executor would resume
+            // every call only to yield it again at once, and none would progress.
+            queued += at.elapsed();
+            return Ok(UpdateDeadline::Continue(1));
+        }
+        let guest = started
+            .elapsed()
+            .saturating_sub(cx.data().host_time)
+            .saturating_sub(queued);
         if guest >= deadline {
             Err(Trap::Interrupt.into())
         } else {
+            yielded_at = Some(Instant::now());
             Ok(UpdateDeadline::Yield(1))
         }
     });
@@ -147,12 +161,11 @@ pub(super) async fn verify<B: TxBackend>(
         Ok(Ok(outcome)) => {
             let result = match validate(&outcome) {
                 Err(why) => Err(Fault::Malformed(why)),
-                // A call that saw storage fail cannot admit or defer on what it believes it wrote.
-                Ok(())
-                    if storage_failed(store.data()) && !matches!(outcome, Outcome::Refused(_)) =>
-                {
-                    Err(Fault::Storage)
-                }
+                // A call that saw storage fail cannot admit or defer on what it believes it
+                // wrote, and its refusal is most likely the failure's (join-token refuses
+                // `storage-error` when it cannot read the token): the machine must read "try
+                // again", not "refused".
+                Ok(()) if storage_failed(store.data()) => Err(Fault::Storage),
                 // Nor on writes it was told were refused past a limit.
                 Ok(()) if !matches!(outcome, Outcome::Refused(_)) => {
                     match write_limit(store.data()) {

@@ -414,9 +414,11 @@ mod tests {
 
     #[test]
     fn version_compatibility() {
-        assert!(compatible("0.1.0"));
-        assert!(compatible("0.1.7"));
-        assert!(!compatible("0.2.0"));
+        assert!(compatible("0.2.0"));
+        assert!(compatible("0.2.7"));
+        // 0.2.0 added the `used` join-request state: a 0.1 component's enum no longer matches.
+        assert!(!compatible("0.1.0"));
+        assert!(!compatible("0.3.0"));
         assert!(!compatible("1.0.0"));
         assert!(!compatible(""));
         assert!(!compatible("x.y"));

@@ -33,7 +33,7 @@ use bindings::AttestorPre;
 
 /// The WIT package version this host implements. A component built against another
 /// incompatible version is refused at load.
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 /// The WIT package name.
 pub const WIT_PACKAGE: &str = "better-compute:attestor";
 
@@ -96,8 +96,8 @@ pub enum RuntimeError {
     /// The epoch ticker thread could not start.
     #[error("cannot start the epoch ticker: {0}")]
     Ticker(#[source] std::io::Error),
-    /// The threads guest code runs on could not start.
-    #[error("cannot start the attestor threads: {0}")]
+    /// The thread an attestor's guest code runs on could not start.
+    #[error("cannot start an attestor thread: {0}")]
     Threads(#[source] std::io::Error),
     /// The host's imports could not be linked.
     #[error("cannot link the host imports: {0}")]
@@ -119,6 +119,8 @@ struct Loaded<B: TxBackend> {
     calls: Arc<Semaphore>,
     /// Joins waiting for a share.
     waiting: AtomicUsize,
+    /// The thread its guest code runs on.
+    guests: GuestThread,
 }
 
 /// How long a join waits for a call of a busy attestor to end before it is refused.
@@ -150,7 +152,6 @@ impl Drop for Waiting<'_> {
 pub struct Runtime<B: TxBackend> {
     attestors: BTreeMap<String, Loaded<B>>,
     slots: Arc<Semaphore>,
-    guests: GuestThreads,
     call_timeout: Duration,
     memory_limit: usize,
     // Last: the ticker stops when the runtime is dropped.
@@ -184,24 +185,25 @@ impl<B: TxBackend> Runtime<B> {
             config.memory_limit,
         )
         .await?;
+        let attestors = attestors
+            .into_iter()
+            .map(|l| {
+                Ok((
+                    l.summary.id.clone(),
+                    Loaded {
+                        guests: GuestThread::start(&l.summary.id)?,
+                        summary: l.summary,
+                        pre: l.pre,
+                        config: l.config,
+                        calls: Arc::new(Semaphore::new(config.max_calls_per_attestor as usize)),
+                        waiting: AtomicUsize::new(0),
+                    },
+                ))
+            })
+            .collect::<Result<_, RuntimeError>>()?;
         Ok(Self {
-            attestors: attestors
-                .into_iter()
-                .map(|l| {
-                    (
-                        l.summary.id.clone(),
-                        Loaded {
-                            summary: l.summary,
-                            pre: l.pre,
-                            config: l.config,
-                            calls: Arc::new(Semaphore::new(config.max_calls_per_attestor as usize)),
-                            waiting: AtomicUsize::new(0),
-                        },
-                    )
-                })
-                .collect(),
+            attestors,
             slots: Arc::new(Semaphore::new(config.max_concurrent_calls as usize)),
-            guests: GuestThreads::start()?,
             call_timeout: config.call_timeout,
             memory_limit: config.memory_limit,
             _ticker: ticker,
@@ -277,7 +279,7 @@ impl<B: TxBackend> Runtime<B> {
         let (timeout, memory_limit) = (self.call_timeout, self.memory_limit);
         // The call, and the permits it holds, run to their end on the guest threads even if
         // the join that started it is abandoned: the deadline bounds it.
-        let call = self.guests.spawn(async move {
+        let call = loaded.guests.spawn(async move {
             let outcome =
                 call::verify(&pre, &id, &config, session, &request, timeout, memory_limit).await;
             drop((share, slot));
@@ -290,18 +292,22 @@ impl<B: TxBackend> Runtime<B> {
     }
 }
 
-/// The threads guest code runs on: a runtime of their own, so a guest that spins (yielding
-/// every epoch tick) competes for the cores through the operating system's scheduler rather
-/// than queueing in front of the host's own tasks (TLS, the database, signing), which then
-/// keep their latency while attestors are busy.
-struct GuestThreads(Option<tokio::runtime::Runtime>);
+/// The thread one attestor's guest code runs on: a runtime of its own with one worker, so the
+/// operating system's scheduler shares the cores between attestors (and with the host's own
+/// threads: TLS, the database, policy, signing) rather than between calls. A looping or
+/// memory-hungry attestor, however many of its calls are in flight, then takes at most one
+/// thread's share of the CPU, and the calls of every other attestor never queue behind its
+/// turns (each call yields every epoch tick, to the other calls of its own attestor).
+/// One attestor's guest code is so bounded to one core; an honest call is tens to hundreds of
+/// microseconds, thousands of joins a second.
+struct GuestThread(Option<tokio::runtime::Runtime>);
 
-impl GuestThreads {
-    fn start() -> Result<Self, RuntimeError> {
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+impl GuestThread {
+    fn start(attestor: &str) -> Result<Self, RuntimeError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("gatehouse-attestor")
+            .worker_threads(1)
+            // Linux keeps 15 bytes of a thread's name.
+            .thread_name(format!("gh-{attestor}"))
             .enable_all()
             .build()
             .map_err(RuntimeError::Threads)?;
@@ -321,7 +327,7 @@ impl GuestThreads {
     }
 }
 
-impl Drop for GuestThreads {
+impl Drop for GuestThread {
     fn drop(&mut self) {
         // Dropped from async code when the host shuts down: never block there.
         if let Some(runtime) = self.0.take() {

@@ -81,20 +81,20 @@ fn assert_attestor(path: &str, version: &str) -> Surface {
 
 #[test]
 fn join_token() {
-    let surface = assert_attestor(crate::JOIN_TOKEN, "0.1.0");
+    let surface = assert_attestor(crate::JOIN_TOKEN, "0.2.0");
     assert!(
         surface
             .imports
-            .contains(&"better-compute:attestor/crypto@0.1.0".to_owned())
+            .contains(&"better-compute:attestor/crypto@0.2.0".to_owned())
     );
 }
 
 #[test]
 fn x509pop() {
-    let surface = assert_attestor(crate::X509POP, "0.1.0");
+    let surface = assert_attestor(crate::X509POP, "0.2.0");
     for import in [
-        "better-compute:attestor/crypto@0.1.0",
-        "better-compute:attestor/transaction@0.1.0",
+        "better-compute:attestor/crypto@0.2.0",
+        "better-compute:attestor/transaction@0.2.0",
     ] {
         assert!(surface.imports.contains(&import.to_owned()), "{import}");
     }
@@ -109,7 +109,7 @@ fn tpm() {
     let surface = inspect(path);
     assert_eq!(
         surface.exports,
-        ["better-compute:attestor/verifier@0.1.0".to_owned()],
+        ["better-compute:attestor/verifier@0.2.0".to_owned()],
         "{path}"
     );
     for import in &surface.imports {
@@ -117,18 +117,18 @@ fn tpm() {
             || import.starts_with("wasi:cli/")
             || import.starts_with("wasi:random/random@")
             || [
-                "better-compute:attestor/transaction@0.1.0",
-                "better-compute:attestor/crypto@0.1.0",
-                "better-compute:attestor/types@0.1.0",
-                "better-compute:attestor/tpm@0.1.0",
+                "better-compute:attestor/transaction@0.2.0",
+                "better-compute:attestor/crypto@0.2.0",
+                "better-compute:attestor/types@0.2.0",
+                "better-compute:attestor/tpm@0.2.0",
             ]
             .contains(&import.as_str());
         assert!(allowed, "{path} imports {import}");
     }
     for import in [
-        "better-compute:attestor/tpm@0.1.0",
-        "better-compute:attestor/crypto@0.1.0",
-        "better-compute:attestor/transaction@0.1.0",
+        "better-compute:attestor/tpm@0.2.0",
+        "better-compute:attestor/crypto@0.2.0",
+        "better-compute:attestor/transaction@0.2.0",
     ] {
         assert!(surface.imports.contains(&import.to_owned()), "{import}");
     }
@@ -161,7 +161,7 @@ macro_rules! fixture_is_a_component {
             let version = if name == "wit-major" {
                 "1.0.0"
             } else {
-                "0.1.0"
+                "0.2.0"
             };
             assert_attestor(path, version);
         }
