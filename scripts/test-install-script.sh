@@ -27,8 +27,8 @@ if [ -z "$bin" ]; then
 fi
 "$bin/gatehouse-agent" --version | grep -q '(without TPM support)$' \
   || { echo "test-install-script: $bin/gatehouse-agent is not the build without TPM support" >&2; exit 1; }
-if ldd "$bin/gatehouse-agent" | grep libtss2; then
-  echo "test-install-script: the agent without TPM support links libtss2" >&2
+if ldd "$bin/gatehouse-agent" | grep -E 'libtss2|libcrypto|libssl'; then
+  echo "test-install-script: the agent without TPM support links the TSS or OpenSSL" >&2
   exit 1
 fi
 

@@ -34,7 +34,8 @@ fn the_version_names_the_build() {
 }
 
 /// The point of the build without TPM support: a token, cloud or provisioned join on a machine
-/// without the TSS libraries.
+/// without the TSS libraries, or OpenSSL (which they bring; the agent's TLS and crypto are
+/// rustls and aws-lc, linked in).
 #[test]
 fn only_the_tpm_build_links_libtss2() {
     let out = Command::new("ldd").arg(AGENT).output().unwrap();
@@ -42,6 +43,12 @@ fn only_the_tpm_build_links_libtss2() {
     assert!(out.status.success(), "ldd: {text}");
     assert!(text.contains("libc.so"), "{text}");
     assert_eq!(text.contains("libtss2"), cfg!(feature = "tpm"), "{text}");
+    if !cfg!(feature = "tpm") {
+        assert!(
+            !text.contains("libcrypto") && !text.contains("libssl"),
+            "{text}"
+        );
+    }
 }
 
 #[cfg(not(feature = "tpm"))]
