@@ -10,4 +10,7 @@ if [ -z "${DATABASE_URL:-}" ]; then
   echo "test: DATABASE_URL is not set; the PostgreSQL tests are skipped (CI sets it)" >&2
 fi
 cargo test --workspace --all-targets
+# The agent without TPM support (no libtss2): its unit tests, and tests/binary.rs on its
+# executable (links no libtss2, refuses every TPM option with exit code 2).
+cargo test -p gatehouse-agent --no-default-features
 scripts/test-install-script.sh

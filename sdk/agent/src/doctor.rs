@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::identity::{KEY_FILE, load_identity_with};
 use crate::status::KeyPlace;
+use crate::tpm_build::{HostTpm, TPM_SUPPORT};
 
 /// The device node of the host's TPM (the kernel's resource manager): a host where it exists
 /// has a TPM, and every new node key belongs there.
@@ -14,6 +15,16 @@ pub const TPM_DEVICE: &str = "/dev/tpmrm0";
 /// Whether this host has a TPM the node key could live in.
 pub fn host_has_tpm() -> bool {
     Path::new(TPM_DEVICE).exists()
+}
+
+/// Whether the current user can open the TPM device `device` for reading and writing: an
+/// unprivileged agent that can is one step from clearing the TPM, which `doctor` fails.
+pub fn can_open_device(device: &Path) -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(device)
+        .is_ok()
 }
 
 /// One line of the report.
@@ -41,12 +52,20 @@ impl std::fmt::Display for Check {
 }
 
 /// The checks of the identity in `dir`, with the TPM at `tpm` when one is given.
-pub fn doctor(
-    dir: &Path,
-    #[cfg(feature = "tpm")] tpm: Option<&crate::tpm::Tpm>,
-    #[cfg(not(feature = "tpm"))] tpm: Option<std::convert::Infallible>,
-) -> Vec<Check> {
+/// A build without TPM support says so first (a warning on a host with a TPM, whose node key
+/// then stays a file).
+pub fn doctor(dir: &Path, tpm: Option<&HostTpm>) -> Vec<Check> {
     let mut checks = Vec::new();
+    if !TPM_SUPPORT {
+        checks.push(Check {
+            name: "tpm",
+            ok: true,
+            warn: host_has_tpm(),
+            detail: "this agent was built without TPM support: token, provisioned, cloud and \
+                     ramdisk joins with a file key only"
+                .into(),
+        });
+    }
     let key_path = dir.join(KEY_FILE);
     let text = match std::fs::read_to_string(&key_path) {
         Ok(t) => t,
@@ -74,9 +93,14 @@ pub fn doctor(
                 "in the TPM ({} holds only the record it is derived from)",
                 key_path.display()
             ),
-            (false, true) => format!(
+            (false, true) if TPM_SUPPORT => format!(
                 "a file ({}) on a host with a TPM: the next renewal moves it into the TPM \
                  (through gatehouse-agent helper when the agent runs unprivileged)",
+                key_path.display()
+            ),
+            (false, true) => format!(
+                "a file ({}) on a host with a TPM: it stays a file, this agent was built \
+                 without TPM support (install the TPM build to move it into the TPM)",
                 key_path.display()
             ),
             (false, false) => format!("a file ({}); this host has no TPM", key_path.display()),
@@ -87,7 +111,13 @@ pub fn doctor(
             name: "identity",
             ok: false,
             warn: false,
-            detail: "the node key is in the TPM and no TPM could be opened (--tpm)".into(),
+            detail: if TPM_SUPPORT {
+                "the node key is in the TPM and no TPM could be opened (--tpm)".into()
+            } else {
+                "the node key is in the TPM and this agent was built without TPM support: \
+                 install the TPM build"
+                    .into()
+            },
         });
         return checks;
     }
@@ -151,9 +181,54 @@ pub fn doctor(
             name: "attestation key",
             ok: false,
             warn: false,
-            detail: format!("the certificate names {statement}; built without TPM support"),
+            detail: format!(
+                "the certificate names {statement}; this agent was built without TPM support"
+            ),
         };
         checks.push(check);
     }
     checks
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_this_user_can_open_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let device = dir.path().join("tpmrm0");
+        assert!(!can_open_device(&device), "absent");
+        std::fs::write(&device, b"").unwrap();
+        assert!(can_open_device(&device), "read-write for this user");
+    }
+
+    /// A build without TPM support says so, and a node key in the TPM fails its identity
+    /// check with the reason instead of a parse error.
+    #[cfg(not(feature = "tpm"))]
+    #[test]
+    fn a_build_without_tpm_support_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(KEY_FILE),
+            "-----BEGIN BCD TPM NODE KEY-----\nAAAA\n-----END BCD TPM NODE KEY-----\n",
+        )
+        .unwrap();
+        let checks = doctor(dir.path(), None);
+        assert_eq!(checks[0].name, "tpm");
+        assert!(checks[0].ok);
+        assert!(
+            checks[0]
+                .detail
+                .starts_with("this agent was built without TPM support")
+        );
+        let identity = checks.iter().find(|c| c.name == "identity").unwrap();
+        assert!(!identity.ok);
+        assert!(
+            identity.detail.contains("built without TPM support"),
+            "{}",
+            identity.detail
+        );
+    }
 }

@@ -108,8 +108,7 @@ pub const TPM_CLEARED_HINT: &str = "the TPM derives another key from node.key (w
 /// `tpm`; without one such a key does not load.
 pub fn load_identity_with(
     dir: &Path,
-    #[cfg(feature = "tpm")] tpm: Option<&crate::tpm::Tpm>,
-    #[cfg(not(feature = "tpm"))] tpm: Option<std::convert::Infallible>,
+    tpm: Option<&crate::tpm_build::HostTpm>,
 ) -> Result<LoadedIdentity, IdentityError> {
     let id_path = dir.join(IDENTITY_FILE);
     let text = match std::fs::read(&id_path) {

@@ -10,6 +10,13 @@
 //! `ROOT` (install under this prefix instead of /, and skip creating the user) and
 //! `TPM_DEVICE` (instead of /dev/tpmrm0). A tpm join reads no token (the variable is dropped)
 //! and fails before it installs anything when the machine has no TPM device.
+//!
+//! The agent comes in two builds (README: "What a machine needs"): the TPM build links the
+//! system's libtss2, the build without TPM support links none and keeps file keys. The script
+//! runs the binary it is about to install (`--version` names the build) before it replaces
+//! anything: a binary that does not run on the machine (the TPM build without libtss2) stops
+//! the script, a tpm join refuses the build without TPM support, and a machine with a TPM gets
+//! the helper unit only with the TPM build.
 
 /// How the machine joins.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +65,10 @@ fn sh_quote(s: &str) -> String {
 const BIN: &str = "/usr/local/bin/gatehouse-agent";
 const ETC: &str = "/etc/gatehouse-agent";
 const DATA: &str = "/var/lib/gatehouse-agent";
-const SOCKET: &str = "/run/gatehouse-agent/helper.sock";
+const SOCKET: &str = crate::tpm_build::DEFAULT_SOCKET;
+
+/// What `gatehouse-agent --version` of the TPM build says.
+pub const TPM_BUILD_MARK: &str = "(with TPM support)";
 
 /// The script.
 pub fn render(o: &InstallOptions) -> String {
@@ -66,6 +76,7 @@ pub fn render(o: &InstallOptions) -> String {
     let mut join_args = String::new();
     let mut early = String::new();
     let mut token = String::new();
+    let mut needs_tpm_build = String::new();
     match &o.join {
         InstallJoin::Token => {
             token =
@@ -104,6 +115,14 @@ if [ ! -e "$TPM_DEVICE" ]; then
 fi
 "#
                 .to_owned();
+            needs_tpm_build = format!(
+                r#"if [ -z "$TPM_BUILD" ]; then
+  rm -f "$ROOT{BIN}.new"
+  echo "gatehouse-agent install: $VERSION: a tpm join needs the TPM build of gatehouse-agent" >&2
+  exit 2
+fi
+"#
+            );
             join_args.push_str(" --attestor tpm");
         }
     }
@@ -142,13 +161,24 @@ umask 022
 mkdir -p "$ROOT/usr/local/bin" "$ROOT{ETC}" "$ROOT/etc/systemd/system"
 mkdir -p -m 0700 "$DATA"
 
-# The binary, replaced in one rename.
+# The binary, replaced in one rename once it is known to run here and to be the build this
+# join needs: the TPM build needs the system's libtss2.
 if [ -n "${{GATEHOUSE_AGENT_BIN:-}}" ]; then
   cp "$GATEHOUSE_AGENT_BIN" "$ROOT{BIN}.new"
 else
 {fetch}fi
 chmod 0755 "$ROOT{BIN}.new"
-mv -f "$ROOT{BIN}.new" "$ROOT{BIN}"
+if ! VERSION=$("$ROOT{BIN}.new" --version 2>&1); then
+  rm -f "$ROOT{BIN}.new"
+  echo "gatehouse-agent install: the binary does not run on this machine: $VERSION" >&2
+  echo "gatehouse-agent install: the TPM build needs libtss2-esys and libtss2-tctildr; a token, provisioned or cloud join can use the build without TPM support" >&2
+  exit 2
+fi
+case "$VERSION" in
+  *"{TPM_BUILD_MARK}"*) TPM_BUILD=1 ;;
+  *) TPM_BUILD= ;;
+esac
+{needs_tpm_build}mv -f "$ROOT{BIN}.new" "$ROOT{BIN}"
 
 # The join trust file: the pinned TLS CA, node CA and join keys.
 cat > "$ROOT{ETC}/trust.json.new" <<'GATEHOUSE_TRUST_EOF'
@@ -165,8 +195,12 @@ if [ -z "$ROOT" ]; then
   fi
 fi
 
-# With a TPM the agent reaches it through the helper; without one it keeps a file key.
-if [ -e "$TPM_DEVICE" ]; then
+# With a TPM (and the TPM build) the agent reaches it through the helper; without, it keeps a
+# file key.
+if [ -e "$TPM_DEVICE" ] && [ -z "$TPM_BUILD" ]; then
+  echo "gatehouse-agent install: $VERSION: the node key stays a file on this machine with a TPM (install the TPM build to keep it in the TPM)" >&2
+fi
+if [ -e "$TPM_DEVICE" ] && [ -n "$TPM_BUILD" ]; then
   RUN_TPM="--helper {SOCKET}"
   UNITS="gatehouse-agent-helper.service gatehouse-agent.service"
   AFTER="gatehouse-agent-helper.service"
@@ -264,6 +298,17 @@ mod tests {
         assert!(tpm.contains(" --attestor tpm </dev/null"));
         // The TPM check comes before anything is installed.
         assert!(tpm.find("no TPM at").unwrap() < tpm.find("mkdir -p").unwrap());
+        // The build is checked before the binary replaces the installed one; only a tpm join
+        // needs the TPM build.
+        let check = tpm.find("a tpm join needs the TPM build").unwrap();
+        assert!(tpm.find("--version").unwrap() < check);
+        assert!(
+            check
+                < tpm
+                    .find("mv -f \"$ROOT/usr/local/bin/gatehouse-agent.new\"")
+                    .unwrap()
+        );
+        assert!(!token.contains("a tpm join needs the TPM build"));
         let doc = render(&InstallOptions {
             attestor: Some("cloud-iid".into()),
             ..options(InstallJoin::Document {

@@ -11,6 +11,9 @@ use rcgen::{
     PublicKeyData as _,
 };
 
+use crate::status::KeyPlace;
+use crate::tpm_build::{HostTpm, TPM_SUPPORT};
+
 /// Why a node key could not be made, saved, loaded or used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -35,6 +38,12 @@ pub enum KeyError {
     /// The file is a TPM key record, and no TPM was given to derive the key in.
     #[error("node key file {0} names a key in the TPM; no TPM is configured (--tpm)")]
     NeedsTpm(String),
+    /// The file is a TPM key record, and this agent was built without TPM support.
+    #[error(
+        "node key file {0} names a key in the TPM; this agent was built without TPM support \
+         (install the TPM build)"
+    )]
+    NoTpmSupport(String),
     /// The TPM could not make, derive or use the key.
     #[cfg(feature = "tpm")]
     #[error(transparent)]
@@ -92,12 +101,11 @@ impl NodeKey {
     /// key. When the TPM cannot make the key, the reason is logged as a warning and a file key
     /// is made instead (a later renewal moves it into the TPM); callers whose certificate
     /// names an AK must use [`NodeKey::generate_in`], which has no fallback.
-    pub fn generate_for_host(
-        #[cfg(feature = "tpm")] tpm: Option<&crate::tpm::Tpm>,
-        #[cfg(not(feature = "tpm"))] _tpm: Option<std::convert::Infallible>,
-    ) -> Result<Self, KeyError> {
-        #[cfg(feature = "tpm")]
+    pub fn generate_for_host(tpm: Option<&HostTpm>) -> Result<Self, KeyError> {
         if let Some(tpm) = tpm {
+            #[cfg(not(feature = "tpm"))]
+            match *tpm {}
+            #[cfg(feature = "tpm")]
             match Self::generate_in(tpm) {
                 Ok(key) => return Ok(key),
                 Err(e) => tracing::warn!(
@@ -117,21 +125,25 @@ impl NodeKey {
     }
 
     /// Loads a key written by [`NodeKey::save`]: a PKCS#8 PEM P-256 key, or a TPM key record
-    /// whose key is derived in `tpm` (refused without one).
-    pub fn load_with(
-        path: &Path,
-        #[cfg(feature = "tpm")] tpm: Option<&crate::tpm::Tpm>,
-        #[cfg(not(feature = "tpm"))] _tpm: Option<std::convert::Infallible>,
-    ) -> Result<Self, KeyError> {
+    /// whose key is derived in `tpm` (refused without one, and by a build without TPM
+    /// support).
+    pub fn load_with(path: &Path, tpm: Option<&HostTpm>) -> Result<Self, KeyError> {
         let pem = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
             path: path.display().to_string(),
             source,
         })?;
-        #[cfg(feature = "tpm")]
-        if crate::tpm::is_record(&pem) {
+        if KeyPlace::of_file_text(&pem) == KeyPlace::Tpm {
             let Some(tpm) = tpm else {
-                return Err(KeyError::NeedsTpm(path.display().to_string()));
+                let path = path.display().to_string();
+                return Err(if TPM_SUPPORT {
+                    KeyError::NeedsTpm(path)
+                } else {
+                    KeyError::NoTpmSupport(path)
+                });
             };
+            #[cfg(not(feature = "tpm"))]
+            match *tpm {}
+            #[cfg(feature = "tpm")]
             return Ok(Self::Tpm(crate::tpm::TpmNodeKey::from_record(tpm, &pem)?));
         }
         let pair = KeyPair::from_pem(&pem)?;

@@ -10,6 +10,10 @@
 //! authenticated by its current certificate ([`RenewClient`]) before the certificate runs out,
 //! and re-joins as itself with x509pop ([`X509popProducer`]) when it ran out anyway.
 //! [`plan_reset`] and [`apply_reset`] move an identity aside so the machine joins as new.
+//!
+//! The TPM (tpm joins, node keys in the TPM, the helper) is the default feature `tpm`, which
+//! links the system's libtss2; without it ([`TPM_SUPPORT`] false) the agent joins with tokens,
+//! user data, cloud documents and ramdisk credentials, keeping file keys.
 
 mod cert;
 mod client;
@@ -30,6 +34,7 @@ mod status;
 mod testutil;
 #[cfg(feature = "tpm")]
 pub mod tpm;
+mod tpm_build;
 mod verify;
 mod x509pop;
 
@@ -38,7 +43,7 @@ pub use client::{
     JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
 };
 pub use cloud_iid::{CloudIidProducer, DocumentError};
-pub use doctor::{Check, TPM_DEVICE, doctor, host_has_tpm};
+pub use doctor::{Check, TPM_DEVICE, can_open_device, doctor, host_has_tpm};
 pub use identity::{
     CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, LoadedIdentity, NEXT_KEY_FILE,
     TPM_CLEARED_HINT, commit_next, ensure_no_identity, load_identity, load_identity_with,
@@ -57,5 +62,6 @@ pub use renew::{Attester, RenewClient, RenewError};
 pub use reset::{IDENTITY_FILES, ResetMove, apply_reset, plan_reset, utc_stamp};
 pub use site::{BootEntry, SiteClient, SiteError, SiteLoop, boot_lease_name, cmdline_file_name};
 pub use status::{KeyPlace, Status, status};
+pub use tpm_build::{DEFAULT_SOCKET, DEFAULT_TCTI, HostTpm, NoTpmSupport, TPM, TPM_SUPPORT};
 pub use verify::{ResponseError, Verified, verify_response};
 pub use x509pop::{X509POP, X509popProducer};

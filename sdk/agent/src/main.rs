@@ -6,18 +6,25 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use gatehouse_agent::tpm::{TPM, Tpm, TpmNodeKey, TpmProducer};
 use gatehouse_agent::{
-    CloudIidProducer, DiscoveryProducer, JOIN_TOKEN, JoinClient, JoinOptions, Lifecycle, NodeKey,
-    RenewPolicy, SiteLoop, TokenProducer, apply_reset, ensure_no_identity, join,
-    load_identity_with, local_claims, plan_reset, read_cmdline, write_identity,
+    CloudIidProducer, DEFAULT_TCTI, DiscoveryProducer, HostTpm as Tpm, JOIN_TOKEN, JoinClient,
+    JoinOptions, Joined, KeyPlace, Lifecycle, NoTpmSupport, NodeKey, RenewPolicy, SiteLoop, TPM,
+    TPM_SUPPORT, TokenProducer, apply_reset, ensure_no_identity, join, load_identity_with,
+    local_claims, plan_reset, read_cmdline, write_identity,
 };
 use gatehouse_proto::cloud_iid::{CLOUD_IID, Provider};
 use gatehouse_proto::{Claims, JoinTrust, Role, TokenString};
 
+/// `--version`: the version and whether this build has TPM support, which the install script
+/// reads to refuse a tpm join with a build that cannot make one.
+#[cfg(feature = "tpm")]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (with TPM support)");
+#[cfg(not(feature = "tpm"))]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (without TPM support)");
+
 /// The machine side of Gatehouse.
 #[derive(Debug, Parser)]
-#[command(name = "gatehouse-agent", version, about)]
+#[command(name = "gatehouse-agent", version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -143,10 +150,10 @@ fn run_install_script(args: InstallScriptArgs) -> Result<(), Failure> {
 struct HelperArgs {
     /// The socket to listen on (created mode 0660: give the agent's group access to it, e.g.
     /// with the unit's Group=).
-    #[arg(long, value_name = "PATH", default_value = gatehouse_agent::tpm::helper::DEFAULT_SOCKET)]
+    #[arg(long, value_name = "PATH", default_value = gatehouse_agent::DEFAULT_SOCKET)]
     socket: PathBuf,
     /// The TPM's TCTI.
-    #[arg(long, value_name = "TCTI", default_value = gatehouse_agent::tpm::DEFAULT_TCTI)]
+    #[arg(long, value_name = "TCTI", default_value = DEFAULT_TCTI)]
     tpm: String,
 }
 
@@ -430,6 +437,18 @@ enum Failure {
 }
 
 impl Failure {
+    /// The error, for the failures that carry one.
+    fn error(&self) -> Option<&anyhow::Error> {
+        match self {
+            Failure::Join(e)
+            | Failure::Usage(e)
+            | Failure::Refused(e)
+            | Failure::Unreachable(e)
+            | Failure::Trust(e) => Some(e),
+            Failure::Unconfirmed | Failure::Checks => None,
+        }
+    }
+
     fn exit_code(&self) -> u8 {
         match self {
             Failure::Join(_) | Failure::Checks => 1,
@@ -583,24 +602,100 @@ fn read_pem_chain(path: &Path) -> Result<Vec<Vec<u8>>, Failure> {
         .map_err(usage)
 }
 
+/// Refuses, in a build without TPM support, a command line that asks for the TPM (`what`
+/// names the option): a usage error (exit 2), before anything is read or moved.
+fn refuse_without_tpm_support(asks_for_tpm: bool, what: &'static str) -> Result<(), Failure> {
+    if asks_for_tpm && !TPM_SUPPORT {
+        return Err(usage(NoTpmSupport(what)));
+    }
+    Ok(())
+}
+
+/// Whether a `--tpm` value names a TPM (anything but `none`).
+fn names_a_tpm(tcti: Option<&str>) -> bool {
+    tcti.is_some_and(|t| t != "none")
+}
+
+/// Opens the TPM at `tcti`; a TPM that cannot be opened is [`Failure::Join`].
+#[cfg(feature = "tpm")]
+fn open_tpm(tcti: &str) -> Result<Tpm, Failure> {
+    Tpm::open(tcti).map_err(|e| Failure::Join(e.into()))
+}
+
+/// A build without TPM support opens none: [`NoTpmSupport`], a usage error.
+#[cfg(not(feature = "tpm"))]
+fn open_tpm(_tcti: &str) -> Result<Tpm, Failure> {
+    Err(usage(NoTpmSupport("a TPM")))
+}
+
+/// The TPM reached through the helper at `socket`.
+#[cfg(feature = "tpm")]
+fn through_helper(socket: &Path) -> Result<Tpm, Failure> {
+    Ok(Tpm::through_helper(socket))
+}
+
+/// A build without TPM support has no helper client: [`NoTpmSupport`], a usage error.
+#[cfg(not(feature = "tpm"))]
+fn through_helper(_socket: &Path) -> Result<Tpm, Failure> {
+    Err(usage(NoTpmSupport("--helper")))
+}
+
 /// The TPM a new node key is made in: the one `--tpm` names (`none`: no TPM), else the
-/// host's when its device exists, else none. A TPM that cannot be opened is logged and the key
-/// made a file, except with `required` (a tpm join: the TPM is the credential).
+/// host's when its device exists, else none. A TPM that cannot be opened (a build without TPM
+/// support opens none) is logged and the key made a file, except with `required` (a tpm join:
+/// the TPM is the credential).
 fn node_key_tpm(tcti: Option<&str>, required: bool) -> Result<Option<Tpm>, Failure> {
     let tcti = match tcti {
         Some("none") => return Ok(None),
         Some(t) => t,
-        None if required || gatehouse_agent::host_has_tpm() => gatehouse_agent::tpm::DEFAULT_TCTI,
+        None if required || gatehouse_agent::host_has_tpm() => DEFAULT_TCTI,
         None => return Ok(None),
     };
-    match Tpm::open(tcti) {
+    match open_tpm(tcti) {
         Ok(tpm) => Ok(Some(tpm)),
-        Err(e) if required => Err(Failure::Join(e.into())),
+        Err(e) if required => Err(e),
         Err(e) => {
-            tracing::warn!(tcti, error = %e, "cannot open the TPM; the node key will be a file");
+            let error = e.error().map(|e| format!("{e:#}")).unwrap_or_default();
+            tracing::warn!(
+                tcti,
+                error,
+                "cannot open the TPM; the node key will be a file"
+            );
             Ok(None)
         }
     }
+}
+
+/// A tpm join with `tpm`: the node key is made in the TPM; if it cannot be, the join stops
+/// rather than fall back to a file.
+#[cfg(feature = "tpm")]
+async fn tpm_join(
+    client: &JoinClient,
+    trust: &JoinTrust,
+    tpm: Tpm,
+    ek_chain: Vec<Vec<u8>>,
+    options: &JoinOptions,
+) -> Result<(NodeKey, Joined), Failure> {
+    use gatehouse_agent::tpm::{TpmNodeKey, TpmProducer};
+    let node_key = TpmNodeKey::generate(&tpm).map_err(|e| Failure::Join(e.into()))?;
+    let mut producer = TpmProducer::new(tpm, Some(node_key.clone())).with_ek_chain(ek_chain);
+    let key = NodeKey::Tpm(node_key);
+    let joined = join(client, trust, &mut producer, None, &key, options)
+        .await
+        .map_err(join_failure)?;
+    Ok((key, joined))
+}
+
+/// A build without TPM support has no TPM to join with (`tpm` has no value).
+#[cfg(not(feature = "tpm"))]
+async fn tpm_join(
+    _client: &JoinClient,
+    _trust: &JoinTrust,
+    tpm: Tpm,
+    _ek_chain: Vec<Vec<u8>>,
+    _options: &JoinOptions,
+) -> Result<(NodeKey, Joined), Failure> {
+    match tpm {}
 }
 
 /// What `join` finds in its directory before it joins.
@@ -628,6 +723,8 @@ fn existing_identity(dir: &Path, tcti: Option<&str>) -> Result<Existing, Failure
 }
 
 async fn run_join(args: JoinArgs) -> Result<(), Failure> {
+    refuse_without_tpm_support(args.attestor == TPM, "--attestor tpm")?;
+    refuse_without_tpm_support(names_a_tpm(args.tpm.as_deref()), "--tpm")?;
     let trust = read_trust(&args.ca)?;
     let client = JoinClient::new(&args.server, &trust).map_err(usage)?;
     // With --reset the credential is read first, so that a reset happens only once the
@@ -683,18 +780,7 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     let is_tpm = matches!(credential, Credential::Tpm);
     let tpm = node_key_tpm(args.tpm.as_deref(), is_tpm)?;
     let (key, joined) = match (credential, tpm) {
-        (Credential::Tpm, Some(tpm)) => {
-            // The node key is made in the TPM; if it cannot be, the join stops rather than
-            // fall back to a file.
-            let node_key = TpmNodeKey::generate(&tpm).map_err(|e| Failure::Join(e.into()))?;
-            let mut producer =
-                TpmProducer::new(tpm, Some(node_key.clone())).with_ek_chain(ek_chain);
-            let key = NodeKey::Tpm(node_key);
-            let joined = join(&client, &trust, &mut producer, None, &key, &options)
-                .await
-                .map_err(join_failure)?;
-            (key, joined)
-        }
+        (Credential::Tpm, Some(tpm)) => tpm_join(&client, &trust, tpm, ek_chain, &options).await?,
         (Credential::Tpm, None) => {
             return Err(usage(anyhow::anyhow!("--attestor tpm needs a TPM")));
         }
@@ -735,9 +821,16 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A build without TPM support has no helper to run.
+#[cfg(not(feature = "tpm"))]
+async fn run_helper(_args: HelperArgs) -> Result<(), Failure> {
+    Err(usage(NoTpmSupport("gatehouse-agent helper")))
+}
+
+#[cfg(feature = "tpm")]
 async fn run_helper(args: HelperArgs) -> Result<(), Failure> {
     use std::os::unix::fs::PermissionsExt as _;
-    let tpm = Tpm::open(&args.tpm).map_err(|e| Failure::Join(e.into()))?;
+    let tpm = open_tpm(&args.tpm)?;
     match std::fs::remove_file(&args.socket) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -852,7 +945,7 @@ async fn run_ramdisk(args: RamdiskArgs) -> Result<(), Failure> {
 fn identity_tpm(dir: &Path, tcti: Option<&str>) -> Result<Option<Tpm>, Failure> {
     let needs = || {
         let key_in_tpm = std::fs::read_to_string(dir.join(gatehouse_agent::KEY_FILE))
-            .is_ok_and(|t| gatehouse_agent::tpm::is_record(&t));
+            .is_ok_and(|t| KeyPlace::of_file_text(&t) == KeyPlace::Tpm);
         let names_ak = std::fs::read(dir.join(gatehouse_agent::CERT_FILE))
             .ok()
             .and_then(|pem| {
@@ -866,19 +959,20 @@ fn identity_tpm(dir: &Path, tcti: Option<&str>) -> Result<Option<Tpm>, Failure> 
     let tcti = match tcti {
         Some("none") => return Ok(None),
         Some(t) => t,
-        None if needs() => gatehouse_agent::tpm::DEFAULT_TCTI,
+        None if needs() => DEFAULT_TCTI,
         None => return node_key_tpm(None, false),
     };
-    Tpm::open(tcti)
-        .map(Some)
-        .map_err(|e| Failure::Join(e.into()))
+    open_tpm(tcti).map(Some)
 }
 
 fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
+    refuse_without_tpm_support(args.helper.is_some(), "--helper")?;
+    refuse_without_tpm_support(names_a_tpm(args.tpm.as_deref()), "--tpm")?;
     let mut failed = false;
     let tpm = if let Some(socket) = &args.helper {
+        let tpm = through_helper(socket)?;
         let device = Path::new(gatehouse_agent::TPM_DEVICE);
-        if gatehouse_agent::tpm::helper::can_open_device(device) {
+        if gatehouse_agent::can_open_device(device) {
             println!(
                 "FAIL tpm: this user can open {} itself; under the helper the agent's user must \
                  not (take it out of the tss group, run it as its own user)",
@@ -892,14 +986,15 @@ fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
                 device.display()
             );
         }
-        Ok(Some(Tpm::through_helper(socket)))
+        Ok(Some(tpm))
     } else {
         identity_tpm(&args.dir, args.tpm.as_deref())
     };
     let tpm = match tpm {
         Ok(tpm) => tpm,
-        Err(Failure::Join(e)) => {
+        Err(Failure::Join(e) | Failure::Usage(e)) => {
             println!("FAIL tpm: {e:#}");
+            failed = true;
             None
         }
         Err(other) => return Err(other),
@@ -916,6 +1011,8 @@ fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
 }
 
 async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
+    refuse_without_tpm_support(args.helper.is_some(), "--helper")?;
+    refuse_without_tpm_support(names_a_tpm(args.tpm.as_deref()), "--tpm")?;
     let trust = read_trust(&args.ca)?;
     let policy = RenewPolicy {
         renew_when_left: args.renew_when_left,
@@ -926,7 +1023,7 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
     };
     policy.validate().map_err(usage)?;
     let tpm = match &args.helper {
-        Some(socket) => Some(Tpm::through_helper(socket)),
+        Some(socket) => Some(through_helper(socket)?),
         None => identity_tpm(&args.dir, args.tpm.as_deref())?,
     };
     // Fail early on a directory without an identity, and on an unusable server URL.
@@ -938,7 +1035,7 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
         dir = %args.dir.display(),
         "keeping the node certificate renewed"
     );
-    let mut lifecycle = Lifecycle::new(&args.server, trust, args.dir, policy)
+    let lifecycle = Lifecycle::new(&args.server, trust, args.dir, policy)
         .with_trust_file(args.ca.clone())
         .with_join_options(JoinOptions {
             claims: Claims {
@@ -947,9 +1044,13 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
             },
             ..JoinOptions::default()
         });
-    if let Some(tpm) = tpm {
-        lifecycle = lifecycle.with_tpm(tpm);
-    }
+    let lifecycle = match tpm {
+        #[cfg(feature = "tpm")]
+        Some(tpm) => lifecycle.with_tpm(tpm),
+        #[cfg(not(feature = "tpm"))]
+        Some(tpm) => match tpm {},
+        None => lifecycle,
+    };
     lifecycle.run(shutdown()).await.map_err(|e| match e {
         e @ gatehouse_agent::LifecycleError::CannotRejoin { .. } => Failure::Refused(e.into()),
         e => Failure::Join(e.into()),
@@ -996,17 +1097,13 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            match &failure {
-                Failure::Join(e)
-                | Failure::Usage(e)
-                | Failure::Refused(e)
-                | Failure::Unreachable(e)
-                | Failure::Trust(e) => eprintln!("gatehouse-agent: {e:#}"),
-                Failure::Checks => {}
-                Failure::Unconfirmed => eprintln!(
+            match failure.error() {
+                Some(e) => eprintln!("gatehouse-agent: {e:#}"),
+                None if matches!(failure, Failure::Unconfirmed) => eprintln!(
                     "gatehouse-agent: --reset moved nothing; run again with --reset --yes to move \
                      these aside and join"
                 ),
+                None => {}
             }
             ExitCode::from(failure.exit_code())
         }
@@ -1022,6 +1119,16 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_version_names_the_build_as_the_install_script_reads_it() {
+        let version = Cli::command().render_version();
+        assert_eq!(
+            version.contains(gatehouse_agent::install_script::TPM_BUILD_MARK),
+            TPM_SUPPORT,
+            "{version}"
+        );
     }
 
     #[test]

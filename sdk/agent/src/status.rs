@@ -64,11 +64,15 @@ pub struct Status {
     pub ak_statement: Option<String>,
     /// The attestor that admitted (or last re-admitted) the machine.
     pub attestor: String,
+    /// Whether this agent was built with TPM support: a build without keeps file keys, and
+    /// cannot renew a certificate whose key is in the TPM or that names an AK.
+    pub tpm_support: bool,
 }
 
 impl Status {
     /// The identity line: `node <id> (role <role>), certificate <serial> expires in 5h 2m,
-    /// node key in the TPM, AK urn:bc:tpm-ak:…` (or `expired 3m ago`, `no AK statement`).
+    /// node key in the TPM, AK urn:bc:tpm-ak:…` (or `expired 3m ago`, `no AK statement`), and
+    /// `, agent built without TPM support` from a build without it.
     pub fn line(&self, now_ms: i64) -> String {
         let left = self.not_after - now_ms;
         let when =
@@ -82,8 +86,13 @@ impl Status {
             Some(s) => format!("AK {s}"),
             None => "no AK statement".to_owned(),
         };
+        let build = if self.tpm_support {
+            ""
+        } else {
+            ", agent built without TPM support"
+        };
         format!(
-            "node {} (role {}), certificate {} {expiry}, node key {}, {ak}",
+            "node {} (role {}), certificate {} {expiry}, node key {}, {ak}{build}",
             self.node_id,
             self.role,
             self.serial,
@@ -148,6 +157,7 @@ pub fn status(dir: &Path, now_ms: i64) -> Result<Status, IdentityError> {
         node_key: KeyPlace::of_file_text(&key_text),
         ak_statement: ak_name(&leaf).and_then(|n| gatehouse_proto::tpm::ak_statement(&n)),
         attestor: identity.attestor,
+        tpm_support: crate::tpm_build::TPM_SUPPORT,
     })
 }
 
@@ -168,6 +178,7 @@ mod tests {
             node_key: KeyPlace::Tpm,
             ak_statement: Some("urn:bc:tpm-ak:sha256:00".into()),
             attestor: "tpm".into(),
+            tpm_support: true,
         };
         assert_eq!(
             s.line(10_000_000 - 3_600_000 - 120_000),
@@ -188,6 +199,16 @@ mod tests {
         assert_eq!(json["nodeKey"], "tpm");
         assert_eq!(json["akStatement"], "urn:bc:tpm-ak:sha256:00");
         assert_eq!(serde_json::to_value(&file).unwrap()["nodeKey"], "file");
+        assert_eq!(json["tpmSupport"], true);
+        let without = Status {
+            tpm_support: false,
+            ..file
+        };
+        assert_eq!(
+            without.line(10_000_000 + 60_000),
+            "node node_1 (role node), certificate 0a expired 1m ago, node key a file, \
+             no AK statement, agent built without TPM support"
+        );
     }
 
     #[test]

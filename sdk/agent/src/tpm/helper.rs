@@ -34,8 +34,7 @@ use tss_esapi::traits::UnMarshall as _;
 
 use super::{DerivedKey, Tpm, TpmError, p256_public, tpm_name};
 
-/// Where the helper listens by default (systemd's RuntimeDirectory of the helper unit).
-pub const DEFAULT_SOCKET: &str = "/run/gatehouse-agent/helper.sock";
+pub use crate::tpm_build::DEFAULT_SOCKET;
 
 /// Longest line either side sends: public areas and certifications are a few hundred bytes.
 const MAX_LINE: u64 = 64 * 1024;
@@ -412,16 +411,6 @@ impl gatehouse_tpm::Verifier for AwsLcVerifier {
             .verify(message, &fixed)
             .map_err(|_| gatehouse_tpm::TpmError::BadSignature)
     }
-}
-
-/// Whether the current user can open the TPM device `device` for reading and writing: an
-/// unprivileged agent that can is one step from clearing the TPM, which `doctor` fails.
-pub fn can_open_device(device: &Path) -> bool {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(device)
-        .is_ok()
 }
 
 #[cfg(test)]

@@ -52,8 +52,7 @@ use tss_esapi::{Context, TctiNameConf};
 pub use key::{NODE_KEY_PEM_LABEL, TpmNodeKey, is_record, parse_record};
 pub use producer::{TPM, TpmProducer};
 
-/// The TCTI of a host's TPM: the kernel's resource manager.
-pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
+pub use crate::tpm_build::DEFAULT_TCTI;
 
 /// The NV index of the RSA-2048 EK certificate (TCG EK credential profile).
 pub const RSA_EK_CERT_NV_INDEX: u32 = 0x01c0_0002;

@@ -8,8 +8,7 @@ use super::{Tpm, TpmNodeKey};
 use crate::producer::{EvidenceProducer, ProducerError};
 use crate::verify::sha256;
 
-/// The attestor id.
-pub const TPM: &str = "tpm";
+pub use crate::tpm_build::TPM;
 
 /// The PCRs quoted unless told otherwise: SHA-256 bank, 0 to 7 (firmware and boot loader).
 const DEFAULT_PCRS: [u8; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
