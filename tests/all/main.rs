@@ -14,6 +14,7 @@ mod common;
 mod discovery;
 mod hostile;
 mod join_token;
+mod lists;
 mod nodes;
 mod policy;
 mod pools;
