@@ -11,6 +11,7 @@
 //! refusal in a transaction of its own; a deferral applies only the attestor's own rows (join
 //! requests, key/value) and issues and spends nothing.
 
+mod backlog;
 mod key_attestation;
 pub mod policy;
 mod record;
@@ -71,6 +72,11 @@ pub enum JoinError {
     /// The host could not decide (database unavailable, signing failed). Nothing was spent.
     #[error("join failed: {0}")]
     Unavailable(String),
+    /// Every call slot of the attestor was taken and none came free in time (rule 13: it is
+    /// slow, hostile, or waiting on a database that does not answer). Nothing was decided or
+    /// spent, and the round is recorded as refused `attestor-busy`; the machine may try again.
+    #[error("attestor busy")]
+    Busy,
 }
 
 /// JoinService's settings.
@@ -99,6 +105,8 @@ pub struct JoinService {
     settings: JoinSettings,
     /// Where refusals are copied to, if configured ([`sink`]).
     sink: Option<sink::RefusalSink>,
+    /// Records of rounds the database could not take, until it can.
+    backlog: Arc<backlog::Backlog>,
 }
 
 impl JoinService {
@@ -115,6 +123,7 @@ impl JoinService {
             pki,
             settings,
             sink: None,
+            backlog: Arc::default(),
         }
     }
 
@@ -154,12 +163,49 @@ impl JoinService {
             return Err(self.refuse(&mut round, decision).await);
         }
 
+        let outcome = self.decide(&mut round, request).await;
+        self.recorded(&mut round, outcome).await
+    }
+
+    /// Every round leaves its record: one that ended [`JoinError::Unavailable`] (the database
+    /// failed, from `BEGIN` on) is recorded here as refused `storage-error` and still answered
+    /// "try again"; if the database cannot take that record either, the refusal sink gets its
+    /// copy and the [`backlog`] keeps it until a later round finds the database back. After a
+    /// round that reached the database, waiting records are written in the background.
+    async fn recorded(
+        &self,
+        round: &mut Round,
+        outcome: Result<JoinResponse, JoinError>,
+    ) -> Result<JoinResponse, JoinError> {
+        match outcome {
+            Err(JoinError::Unavailable(detail)) => {
+                let decision = Decision::host(Refusal::StorageError).detail(detail.clone());
+                self.refuse(round, decision).await;
+                Err(JoinError::Unavailable(detail))
+            }
+            other => {
+                if !self.backlog.is_empty() {
+                    let (backlog, db) = (self.backlog.clone(), self.db.clone());
+                    tokio::spawn(async move { backlog.flush(&db).await });
+                }
+                other
+            }
+        }
+    }
+
+    /// The round after its attestor id is known valid: the CSR, the token, the attestor's call
+    /// and the locked phase.
+    async fn decide(
+        &self,
+        round: &mut Round,
+        request: JoinRequest,
+    ) -> Result<JoinResponse, JoinError> {
         // Before the transaction: everything that needs no row.
         let csr = match verify_csr(&request.csr) {
             Ok(csr) => csr,
             Err(e) => {
                 let decision = Decision::host(Refusal::BadCsr).detail(e.to_string());
-                return Err(self.refuse(&mut round, decision).await);
+                return Err(self.refuse(round, decision).await);
             }
         };
         round.csr_sha256 = Some(csr.sha256);
@@ -172,7 +218,7 @@ impl JoinService {
                     Err(e) => {
                         let decision =
                             Decision::host(Refusal::TokenUnsealable).detail(e.to_string());
-                        return Err(self.refuse(&mut round, decision).await);
+                        return Err(self.refuse(round, decision).await);
                     }
                 }
             }
@@ -180,14 +226,14 @@ impl JoinService {
         round.token_id = token.as_ref().map(|t| t.id.clone());
         if !self.runtime.contains(&round.attestor) {
             return Err(self
-                .refuse(&mut round, Decision::host(Refusal::UnknownAttestor))
+                .refuse(round, Decision::host(Refusal::UnknownAttestor))
                 .await);
         }
         let claims = match request::normalise_claims(&request.claims) {
             Ok(claims) => claims,
             Err(e) => {
                 let decision = Decision::host(Refusal::BadClaims).detail(e.to_string());
-                return Err(self.refuse(&mut round, decision).await);
+                return Err(self.refuse(round, decision).await);
             }
         };
 
@@ -226,22 +272,29 @@ impl JoinService {
             round.elapsed += call.elapsed;
             let outcome = match call.result {
                 Ok(outcome) => outcome,
+                // The host's storage failed, not the machine: answered 503 retryable, never
+                // 403, and recorded as `storage-error` ([`JoinService::recorded`]).
+                Err(crate::runtime::Fault::Storage) => {
+                    return Err(JoinError::Unavailable(
+                        crate::runtime::Fault::Storage.to_string(),
+                    ));
+                }
+                // No slot of the attestor came free: not a verdict on the machine (during a
+                // database outage the slots are taken by calls waiting on it), so "try again".
+                Err(crate::runtime::Fault::Busy) => {
+                    let decision = Decision::host(Refusal::AttestorBusy);
+                    self.refuse(round, decision).await;
+                    return Err(JoinError::Busy);
+                }
                 Err(fault) => {
                     let decision =
                         Decision::host(Refusal::of_fault(&fault)).detail(fault.to_string());
-                    let refused = self.refuse(&mut round, decision).await;
-                    // The host's storage failed, not the machine: the round is recorded (audit
-                    // row, or the refusal sink when the database is down) and answered 503
-                    // retryable, never 403.
-                    if fault == crate::runtime::Fault::Storage {
-                        return Err(JoinError::Unavailable(fault.to_string()));
-                    }
-                    return Err(refused);
+                    return Err(self.refuse(round, decision).await);
                 }
             };
             let Some(session) = call.session else {
                 return Err(self
-                    .refuse(&mut round, Decision::host(Refusal::AttestorFault))
+                    .refuse(round, Decision::host(Refusal::AttestorFault))
                     .await);
             };
             let (decided, apply) = match outcome {
@@ -249,7 +302,7 @@ impl JoinService {
                     round.token_id = r.token_id.clone().or(round.token_id.take());
                     round.node_id = r.node_id.clone();
                     round.tenant_id = r.tenant_id.clone();
-                    return Err(self.refuse(&mut round, Decision::refused(&r.reason)).await);
+                    return Err(self.refuse(round, Decision::refused(&r.reason)).await);
                 }
                 Outcome::Deferred(d) => {
                     // A deferral spends nothing: a round that spent anything applies none of
@@ -257,7 +310,7 @@ impl JoinService {
                     if let Some(spent) = spent_in(&session.effects) {
                         let decision = Decision::host(Refusal::AttestorFault)
                             .detail(format!("deferred after {spent}"));
-                        return Err(self.refuse(&mut round, decision).await);
+                        return Err(self.refuse(round, decision).await);
                     }
                     (Decided::Deferred(d), Apply::OwnRows)
                 }
@@ -282,7 +335,7 @@ impl JoinService {
                     drop(tx);
                     round.token_id = Some(id);
                     return Err(self
-                        .refuse(&mut round, Decision::host(Refusal::NoUsesLeft))
+                        .refuse(round, Decision::host(Refusal::NoUsesLeft))
                         .await);
                 }
                 Err(e) => return Err(unavailable("settle", e)),
@@ -292,12 +345,12 @@ impl JoinService {
                 tracing::info!(attestor = %round.attestor, attempt, %changed, "join round run again");
                 if attempt == MAX_ATTEMPTS {
                     let decision = Decision::host(Refusal::JoinConflict).detail(changed);
-                    return Err(self.refuse(&mut round, decision).await);
+                    return Err(self.refuse(round, decision).await);
                 }
                 continue;
             }
             return match decided {
-                Decided::Deferred(deferral) => self.defer(&mut round, tx, deferral, &csr).await,
+                Decided::Deferred(deferral) => self.defer(round, tx, deferral, &csr).await,
                 Decided::Admitted(result) => {
                     let admission = Admitting {
                         role: request.role,
@@ -308,13 +361,13 @@ impl JoinService {
                         }),
                         csr: &csr,
                     };
-                    self.admit(&mut round, tx, effects, result.into(), &admission)
+                    self.admit(round, tx, effects, result.into(), &admission)
                         .await
                 }
             };
         }
         Err(self
-            .refuse(&mut round, Decision::host(Refusal::JoinConflict))
+            .refuse(round, Decision::host(Refusal::JoinConflict))
             .await)
     }
 
@@ -719,6 +772,9 @@ impl JoinService {
         }
         if let Some(sink) = &self.sink {
             sink.offer(record::refusal(round, &decision, at));
+        }
+        if at.is_none() {
+            self.backlog.push(round.clone(), decision);
         }
         JoinError::Denied
     }

@@ -126,16 +126,27 @@ impl JoinService {
         client: &record::ClientInfo,
     ) -> Result<JoinResponse, JoinError> {
         let mut round = Round::renewal(client.clone());
+        let outcome = self.renew_round(&mut round, leaf, request).await;
+        self.recorded(&mut round, outcome).await
+    }
+
+    /// The renewal itself; [`JoinService::recorded`] makes sure it leaves its record.
+    async fn renew_round(
+        &self,
+        round: &mut Round,
+        leaf: Option<&[u8]>,
+        request: RenewRequest,
+    ) -> Result<JoinResponse, JoinError> {
         let Some(leaf) = leaf else {
             return Err(self
-                .refuse(&mut round, refused(RenewRefusal::NoClientCertificate))
+                .refuse(round, refused(RenewRefusal::NoClientCertificate))
                 .await);
         };
         let csr = match verify_csr(&request.csr) {
             Ok(csr) => csr,
             Err(e) => {
                 let decision = refused(RenewRefusal::BadCsr).detail(e.to_string());
-                return Err(self.refuse(&mut round, decision).await);
+                return Err(self.refuse(round, decision).await);
             }
         };
         round.csr_sha256 = Some(csr.sha256);
@@ -146,7 +157,7 @@ impl JoinService {
             Ok(None) => {
                 drop(tx);
                 return Err(self
-                    .refuse(&mut round, refused(RenewRefusal::UnknownCertificate))
+                    .refuse(round, refused(RenewRefusal::UnknownCertificate))
                     .await);
             }
             Err(e) => return Err(e),
@@ -160,7 +171,7 @@ impl JoinService {
             super::key_attestation::check(&cert.statements, request.key_attestation.as_ref(), &csr)
         }) {
             drop(tx);
-            return Err(self.refuse(&mut round, refused(refusal)).await);
+            return Err(self.refuse(round, refused(refusal)).await);
         }
 
         let response = self
@@ -178,11 +189,11 @@ impl JoinService {
             )
             .await?;
         let decision = Decision::admitted();
-        record::write(&mut tx, &round, &decision)
+        record::write(&mut tx, round, &decision)
             .await
             .map_err(|e| unavailable("record", e))?;
         tx.commit().await.map_err(|e| unavailable("commit", e))?;
-        record::log(&round, &decision);
+        record::log(round, &decision);
         Ok(response)
     }
 }

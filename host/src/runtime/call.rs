@@ -147,12 +147,11 @@ pub(super) async fn verify<B: TxBackend>(
         Ok(Ok(outcome)) => {
             let result = match validate(&outcome) {
                 Err(why) => Err(Fault::Malformed(why)),
-                // A call that saw storage fail cannot admit or defer on what it believes it wrote.
-                Ok(())
-                    if storage_failed(store.data()) && !matches!(outcome, Outcome::Refused(_)) =>
-                {
-                    Err(Fault::Storage)
-                }
+                // A call that saw storage fail decides nothing: it cannot admit or defer on what
+                // it believes it wrote, and its refusal may rest on a read that failed (the
+                // join-token attestor refuses `storage-error`): the database's failure is the
+                // host's "try again", never a refusal of the machine.
+                Ok(()) if storage_failed(store.data()) => Err(Fault::Storage),
                 // Nor on writes it was told were refused past a limit.
                 Ok(()) if !matches!(outcome, Outcome::Refused(_)) => {
                     match write_limit(store.data()) {
