@@ -24,6 +24,7 @@ mod real_vectors;
 mod renew;
 mod response;
 mod sandbox;
+mod soak;
 mod tpm;
 mod transactions;
 mod x509pop;
