@@ -81,7 +81,6 @@ mod tests {
     use super::super::{
         AuditResult, NewAudit, NewEvent, NewToken, TokenExpect, TokenRole, testing,
     };
-    use super::*;
 
     fn token(id: &str, created_at: i64, expires_at: i64, uses: u32) -> NewToken {
         NewToken {
