@@ -196,7 +196,12 @@ async fn a_workflow_server_url_with_control_characters_is_refused() {
         assert_eq!(body["code"], "INVALID_INPUT", "{url:?}");
     }
     let mut tx = host.running.db.begin().await.unwrap();
-    assert!(tx.list_workflows().await.unwrap().is_empty());
+    assert!(
+        tx.list_workflows(&gatehouse::store::Cursor::start(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     tx.commit().await.unwrap();
     host.stop().await;
 }

@@ -18,8 +18,8 @@ use super::AppState;
 use super::error::ApiError;
 use crate::runtime::AttestorSummary;
 use crate::store::{
-    AuditRow, Cursor, EventRow, NewEvent, NewToken, NodeRole, NodeRow, Revocation, TokenExpect,
-    TokenRole, TokenRow, Tx,
+    AuditRow, Cursor, EventRow, NewEvent, NewToken, NodeRole, NodeRow, PoolCursor, Revocation,
+    TokenExpect, TokenRole, TokenRow, Tx,
 };
 
 /// Checks `Authorization: Bearer <key>` against the configured key's hash in constant time.
@@ -204,17 +204,47 @@ pub(super) const NEXT_CURSOR: &str = "x-next-cursor";
 pub(super) const DEFAULT_PAGE: u32 = 500;
 pub(super) const MAX_PAGE: u32 = 1000;
 
-/// `?after=CURSOR&limit=N` of a list ordered by creation: one short transaction per page.
-#[derive(Debug, Deserialize)]
+/// A position in a paged list, as the client sends back the [`NEXT_CURSOR`] it was given:
+/// `(created_at, id)` for lists in creation order, `(tenant, id)` for pools, the id for events
+/// and audits.
+pub(super) trait PageKey: Sized + std::fmt::Display {
+    /// The key as its `Display` wrote it; `None` for anything else.
+    fn parse(text: &str) -> Option<Self>;
+}
+
+impl PageKey for Cursor {
+    fn parse(text: &str) -> Option<Self> {
+        Cursor::parse(text)
+    }
+}
+
+impl PageKey for PoolCursor {
+    fn parse(text: &str) -> Option<Self> {
+        PoolCursor::parse(text)
+    }
+}
+
+/// Events and audits: the id of the last row of the previous page.
+impl PageKey for i64 {
+    fn parse(text: &str) -> Option<Self> {
+        text.parse().ok()
+    }
+}
+
+/// `?after=CURSOR&limit=N` of every admin list: one short transaction per page, `limit` rows
+/// at most ([`DEFAULT_PAGE`] unless named, never above [`MAX_PAGE`]).
+#[derive(Debug, Default, Deserialize)]
 pub(super) struct ListPage {
     #[serde(default)]
-    after: Option<String>,
+    pub(super) after: Option<String>,
     #[serde(default)]
-    limit: Option<u32>,
+    pub(super) limit: Option<u32>,
 }
 
 impl ListPage {
-    fn resolve(&self) -> Result<(Cursor, u32), ApiError> {
+    /// The checked limit, and the cursor if the client named one (the caller knows where its
+    /// list starts).
+    pub(super) fn resolve<K: PageKey>(&self) -> Result<(Option<K>, u32), ApiError> {
         let limit = self.limit.unwrap_or(DEFAULT_PAGE);
         if !(1..=MAX_PAGE).contains(&limit) {
             return Err(ApiError::InvalidInput(format!(
@@ -222,24 +252,24 @@ impl ListPage {
             )));
         }
         let after = match &self.after {
-            None => Cursor::start(),
-            Some(text) => Cursor::parse(text).ok_or_else(|| {
+            None => None,
+            Some(text) => Some(K::parse(text).ok_or_else(|| {
                 ApiError::InvalidInput("after is not a cursor of this list".into())
-            })?,
+            })?),
         };
         Ok((after, limit))
     }
 }
 
-/// A page as JSON, with [`NEXT_CURSOR`] when it is full.
-fn page<T: Serialize>(
+/// A page as JSON, with [`NEXT_CURSOR`] (the key of its last row) when it is full.
+pub(super) fn page<T: Serialize, K: PageKey>(
     rows: Vec<T>,
     limit: u32,
-    cursor: impl Fn(&T) -> Cursor,
+    key: impl Fn(&T) -> K,
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let next = (rows.len() >= limit as usize)
-        .then(|| rows.last().map(&cursor))
+        .then(|| rows.last().map(&key))
         .flatten();
     let mut response = Json(rows).into_response();
     if let Some(next) = next
@@ -258,6 +288,7 @@ pub(super) async fn list_tokens(
 ) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
     let (after, limit) = query?.0.resolve()?;
+    let after = after.unwrap_or_else(Cursor::start);
     let mut tx = state.db.begin().await?;
     let tokens = tx.list_tokens_page(&after, limit).await?;
     tx.commit().await?;
@@ -291,6 +322,7 @@ pub(super) async fn list_nodes(
 ) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
     let (after, limit) = query?.0.resolve()?;
+    let after = after.unwrap_or_else(Cursor::start);
     let mut tx = state.db.begin().await?;
     let nodes = tx.list_nodes_page(&after, limit).await?;
     tx.commit().await?;
@@ -672,45 +704,35 @@ pub(super) async fn revoke_node_cert(
     })))
 }
 
-/// `GET /v1/admin/events?after=ID&limit=N` (and `/v1/admin/audits`). Events come in feed
-/// order, which on Postgres is not id order: continue with `after` = the id of the last event
-/// of the previous page, and no event is skipped or repeated (see `Tx::event_feed`).
-#[derive(Debug, Deserialize)]
-pub(super) struct Page {
-    #[serde(default)]
-    after: i64,
-    #[serde(default = "default_limit")]
-    limit: u32,
-}
-
-fn default_limit() -> u32 {
-    100
-}
-
+/// `GET /v1/admin/events?after=ID&limit=N`. Events come in feed order, which on Postgres is
+/// not id order: the cursor is the id of the last event of the previous page (what
+/// [`NEXT_CURSOR`] names), and no event is skipped or repeated (see `Tx::event_feed`). A
+/// follower that reached the end keeps asking with the id of the last event it saw.
 pub(super) async fn list_events(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(page): Query<Page>,
-) -> Result<Json<Vec<EventRow>>, ApiError> {
+    query: Result<Query<ListPage>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
-    let limit = page.limit.clamp(1, 1000);
+    let (after, limit) = query?.0.resolve::<i64>()?;
     let mut tx = state.db.begin().await?;
-    let events = tx.event_feed(page.after, limit).await?;
+    let events = tx.event_feed(after.unwrap_or(0), limit).await?;
     tx.commit().await?;
-    Ok(Json(events))
+    Ok(page(events, limit, |e: &EventRow| e.id))
 }
 
+/// `GET /v1/admin/audits?after=ID&limit=N`: in id order.
 pub(super) async fn list_audits(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(page): Query<Page>,
-) -> Result<Json<Vec<AuditRow>>, ApiError> {
+    query: Result<Query<ListPage>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
-    let limit = page.limit.clamp(1, 1000);
+    let (after, limit) = query?.0.resolve::<i64>()?;
     let mut tx = state.db.begin().await?;
-    let audits = tx.list_audits(page.after, limit).await?;
+    let audits = tx.list_audits(after.unwrap_or(0), limit).await?;
     tx.commit().await?;
-    Ok(Json(audits))
+    Ok(page(audits, limit, |a: &AuditRow| a.id))
 }
 
 pub(super) async fn list_attestors(

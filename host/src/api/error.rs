@@ -48,6 +48,9 @@ pub enum ApiError {
     /// The host failed (database, signing); logged with the detail.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A join round found its attestor's call slots all taken (recorded as `attestor-busy`).
+    #[error("attestor busy")]
+    Busy,
 }
 
 impl ApiError {
@@ -96,7 +99,7 @@ impl ApiError {
                 "METHOD_NOT_ALLOWED",
                 "method not allowed".into(),
             ),
-            ApiError::Internal(_) => (
+            ApiError::Internal(_) | ApiError::Busy => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 gatehouse_proto::UNAVAILABLE,
                 "try again later".into(),
@@ -104,9 +107,13 @@ impl ApiError {
         }
     }
 
-    /// Whether the same request may succeed later: only for a host failure.
+    /// Whether the same request may succeed later: a host failure, a busy attestor, a rate.
     fn retryable(&self) -> Option<bool> {
-        matches!(self, ApiError::Internal(_) | ApiError::RateLimited(_)).then_some(true)
+        matches!(
+            self,
+            ApiError::Internal(_) | ApiError::Busy | ApiError::RateLimited(_)
+        )
+        .then_some(true)
     }
 
     /// The JSON answer for a bare status some layer produced (a 404 of no route, a rejection

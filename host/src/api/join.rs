@@ -9,7 +9,8 @@ use super::error::ApiError;
 use super::{AppState, Peer};
 use crate::join::{ClientInfo, JoinError};
 
-/// One join round. A refusal is 403 ACCESS_DENIED whatever the reason.
+/// One join round. A refusal is 403 ACCESS_DENIED whatever the reason; a round the host could
+/// not decide (its database, or a busy attestor) is 503 retryable.
 pub(super) async fn join(
     State(state): State<AppState>,
     Extension(peer): Extension<Peer>,
@@ -23,5 +24,6 @@ pub(super) async fn join(
         Ok(response) => Ok(Json(response)),
         Err(JoinError::Denied) => Err(ApiError::AccessDenied),
         Err(JoinError::Unavailable(detail)) => Err(ApiError::Internal(detail)),
+        Err(JoinError::Busy) => Err(ApiError::Busy),
     }
 }

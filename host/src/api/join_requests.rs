@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::admin::{authorize, is_id};
+use super::admin::{ListPage, authorize, is_id, page};
 use super::error::ApiError;
-use crate::store::{JoinDecision, JoinRequestRow, JoinRequestState, NewEvent};
+use crate::store::{Cursor, JoinDecision, JoinRequestRow, JoinRequestState, NewEvent};
 
 /// A join request as the admin API shows it.
 #[derive(Debug, Serialize)]
@@ -65,12 +65,16 @@ impl From<JoinRequestRow> for JoinRequestView {
     }
 }
 
-/// `GET /v1/admin/join-requests?state=pending|approved|denied|expired|used|all`.
+/// `GET /v1/admin/join-requests?state=pending|approved|denied|expired|used|all&after=&limit=`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     /// `pending` when absent.
     state: Option<String>,
+    /// Where the page starts (the [`super::admin::NEXT_CURSOR`] of the page before).
+    after: Option<String>,
+    /// Rows per page.
+    limit: Option<u32>,
 }
 
 /// The state filter of a listing: `None` for `all`.
@@ -96,19 +100,30 @@ fn path_request_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
-/// `GET /v1/admin/join-requests`: newest first; pending ones unless `state` says otherwise.
+/// `GET /v1/admin/join-requests`: newest first, a page at a time; pending ones unless `state`
+/// says otherwise.
 pub(super) async fn list_join_requests(
     State(state): State<AppState>,
     headers: HeaderMap,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Vec<JoinRequestView>>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
     let Query(query) = query.map_err(ApiError::from)?;
     let filter = state_filter(query.state.as_deref())?;
+    let (before, limit) = ListPage {
+        after: query.after,
+        limit: query.limit,
+    }
+    .resolve::<Cursor>()?;
+    let before = before.unwrap_or_else(Cursor::end);
     let mut tx = state.db.begin().await?;
-    let rows = tx.list_join_requests(filter).await?;
+    let rows = tx.list_join_requests(filter, &before, limit).await?;
     tx.commit().await?;
-    Ok(Json(rows.into_iter().map(JoinRequestView::from).collect()))
+    let views: Vec<JoinRequestView> = rows.into_iter().map(JoinRequestView::from).collect();
+    Ok(page(views, limit, |v: &JoinRequestView| Cursor {
+        created_at: v.created_at,
+        id: v.id.clone(),
+    }))
 }
 
 /// `GET /v1/admin/join-requests/{id}`.

@@ -10,6 +10,7 @@ mod middleware;
 mod mtls;
 mod pools;
 mod provisioning;
+mod prune;
 mod renew;
 mod server;
 mod site;
@@ -131,10 +132,10 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
             "/v1/admin/workflows/{id}/cancel",
             post(provisioning::cancel_workflow),
         )
-        .route(
-            "/v1/admin/attestation-uses/prune",
-            post(provisioning::prune_uses),
-        )
+        .route("/v1/admin/attestation-uses/prune", post(prune::prune_uses))
+        .route("/v1/admin/tokens/prune", post(prune::prune_tokens))
+        .route("/v1/admin/events/prune", post(prune::prune_events))
+        .route("/v1/admin/audits/prune", post(prune::prune_audits))
         .route("/v1/admin/events", get(admin::list_events))
         .route("/v1/admin/audits", get(admin::list_audits))
         .route("/v1/admin/attestors", get(admin::list_attestors))

@@ -10,17 +10,17 @@
 //! nothing answers `"changed": false` and writes no event).
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::admin::{authorize, is_id};
+use super::admin::{ListPage, authorize, is_id, page};
 use super::error::ApiError;
 use crate::join::DEFAULT_ATTESTOR;
-use crate::store::{NewEvent, PoolRow, Tx};
+use crate::store::{NewEvent, PoolCursor, PoolRow, Tx};
 
 /// Most attestors a pool's `joinAttestors` may list.
 pub const MAX_JOIN_ATTESTORS: usize = 16;
@@ -213,16 +213,22 @@ pub(super) async fn create_pool(
     Ok(Json(view))
 }
 
-/// `GET /v1/admin/pools`.
+/// `GET /v1/admin/pools?after=&limit=`: by tenant and id, a page at a time.
 pub(super) async fn list_pools(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Vec<PoolView>>, ApiError> {
+    query: Result<Query<ListPage>, QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
+    let (after, limit) = query?.0.resolve::<PoolCursor>()?;
     let mut tx = state.db.begin().await?;
-    let pools = tx.list_pools().await?;
+    let pools = tx.list_pools(&after.unwrap_or_default(), limit).await?;
     tx.commit().await?;
-    Ok(Json(pools.into_iter().map(PoolView::from).collect()))
+    let views: Vec<PoolView> = pools.into_iter().map(PoolView::from).collect();
+    Ok(page(views, limit, |v: &PoolView| PoolCursor {
+        tenant_id: v.tenant_id.clone(),
+        id: v.id.clone(),
+    }))
 }
 
 /// `GET /v1/admin/pools/{tenant}/{id}`.

@@ -1,6 +1,6 @@
 //! The admin API of provisioning: a node's inventories, provisioning workflows whose
 //! `userdata.render` step mints the single-use provisioned token and renders the machine's
-//! user data, and pruning the single-use evidence ledger.
+//! user data.
 //!
 //! A workflow is `running` from its start until an operator completes or cancels it; only a
 //! running workflow binds its token to its node (the `provisioned` attestor's resolver and
@@ -9,19 +9,20 @@
 //! transaction that also appends its event.
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::AppState;
-use super::admin::{authorize, begin_node_action, is_id, node_event};
+use super::admin::{ListPage, authorize, begin_node_action, is_id, node_event, page};
 use super::error::ApiError;
 use crate::store::{
-    DiscoveryWorkflowRow, InventoryRow, NewEvent, NewToken, NodeRole, TokenExpect, TokenRole,
-    USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_RUNNING, WORKFLOW_SUCCEEDED, WorkflowRow,
+    Cursor, DiscoveryWorkflowRow, InventoryRow, NewEvent, NewToken, NodeRole, TokenExpect,
+    TokenRole, USERDATA_RENDER, WORKFLOW_CANCELLED, WORKFLOW_RUNNING, WORKFLOW_SUCCEEDED,
+    WorkflowRow,
 };
 
 /// Most MACs one inventory records (as many as a join may claim).
@@ -30,10 +31,6 @@ const MAX_MACS: usize = 64;
 const DEFAULT_TOKEN_TTL_SECONDS: u64 = 24 * 3600;
 /// The longest a provisioned token may live.
 const MAX_TOKEN_TTL_SECONDS: u64 = 30 * 24 * 3600;
-/// Default and largest batch of `POST /v1/admin/attestation-uses/prune` (seed: 5,000 per call).
-const DEFAULT_PRUNE_BATCH: u32 = 5_000;
-const MAX_PRUNE_BATCH: u32 = 100_000;
-
 fn json_body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
     body.map(|Json(v)| v).map_err(ApiError::from)
 }
@@ -135,16 +132,22 @@ pub(super) async fn record_inventory(
     Ok(Json(row))
 }
 
-/// `GET /v1/admin/nodes/{id}/inventories`: newest first.
+/// `GET /v1/admin/nodes/{id}/inventories?after=&limit=`: newest first, a page at a time.
 pub(super) async fn list_inventories(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Json<Vec<InventoryRow>>, ApiError> {
+    query: Result<Query<ListPage>, QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
+    let (before, limit) = query?.0.resolve::<Cursor>()?;
+    let before = before.unwrap_or_else(Cursor::end);
     let (mut tx, _node) = begin_node_action(&state, &headers, &id).await?;
-    let rows = tx.inventories(&id).await?;
+    let rows = tx.inventories(&id, &before, limit).await?;
     tx.commit().await?;
-    Ok(Json(rows))
+    Ok(page(rows, limit, |i: &InventoryRow| Cursor {
+        created_at: i.recorded_at,
+        id: i.id.clone(),
+    }))
 }
 
 /// `POST /v1/admin/workflows` body.
@@ -450,25 +453,61 @@ async fn start_provisioning(
     })
 }
 
-/// `GET /v1/admin/workflows`: provisioning workflows oldest first, then discovery workflows
-/// oldest first, each with its `kind`.
+/// `GET /v1/admin/workflows?after=&limit=`: provisioning and discovery workflows together,
+/// oldest first, each with its `kind`, a page at a time. A page takes up to `limit` rows of
+/// each table after the cursor and keeps the `limit` oldest, so the two interleave by creation
+/// and none is skipped.
 pub(super) async fn list_workflows(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Vec<Value>>, ApiError> {
+    query: Result<Query<ListPage>, QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
     authorize(&state, &headers)?;
+    let (after, limit) = query?.0.resolve::<Cursor>()?;
+    let after = after.unwrap_or_else(Cursor::start);
     let mut tx = state.db.begin().await?;
-    let rows = tx.list_workflows().await?;
-    let discovery = tx.list_discovery_workflows().await?;
+    let rows = tx.list_workflows(&after, limit).await?;
+    let discovery = tx.list_discovery_workflows(&after, limit).await?;
     tx.commit().await?;
     let mut list = Vec::with_capacity(rows.len() + discovery.len());
     for row in rows {
-        list.push(with_kind(&row, PROVISION)?);
+        list.push(ListedWorkflow::new(
+            row.created_at,
+            &row.id,
+            with_kind(&row, PROVISION)?,
+        ));
     }
-    for workflow in discovery {
-        list.push(with_kind(&workflow, DISCOVERY)?);
+    for w in discovery {
+        list.push(ListedWorkflow::new(
+            w.created_at,
+            &w.id,
+            with_kind(&w, DISCOVERY)?,
+        ));
     }
-    Ok(Json(list))
+    list.sort_by(|a, b| (a.key.created_at, &a.key.id).cmp(&(b.key.created_at, &b.key.id)));
+    list.truncate(limit as usize);
+    Ok(page(list, limit, |w: &ListedWorkflow| w.key.clone()))
+}
+
+/// A workflow of either kind in a page of the list, with its place in it.
+#[derive(Debug, Serialize)]
+struct ListedWorkflow {
+    #[serde(skip)]
+    key: Cursor,
+    #[serde(flatten)]
+    row: Value,
+}
+
+impl ListedWorkflow {
+    fn new(created_at: i64, id: &str, row: Value) -> Self {
+        Self {
+            key: Cursor {
+                created_at,
+                id: id.to_owned(),
+            },
+            row,
+        }
+    }
 }
 
 /// A workflow row as JSON with its `kind`.
@@ -692,39 +731,6 @@ pub(super) async fn revoke_unspent(
         }
         _ => Ok(false),
     }
-}
-
-/// `POST /v1/admin/attestation-uses/prune` body.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) struct Prune {
-    #[serde(default)]
-    batch: Option<u32>,
-}
-
-/// `POST /v1/admin/attestation-uses/prune`: deletes up to `batch` (default 5,000) single-use
-/// records that expired by database time, in one short transaction; answers how many. Call it
-/// again while it answers a full batch (`gatehouse prune-uses` does).
-pub(super) async fn prune_uses(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Json<Prune>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let batch = json_body(body)?.batch.unwrap_or(DEFAULT_PRUNE_BATCH);
-    if !(1..=MAX_PRUNE_BATCH).contains(&batch) {
-        return Err(ApiError::InvalidInput(format!(
-            "batch must be 1 to {MAX_PRUNE_BATCH}"
-        )));
-    }
-    let mut tx = state.db.begin().await?;
-    let now = tx.now().await?;
-    let deleted = tx.prune_uses(now, batch).await?;
-    tx.commit().await?;
-    if deleted > 0 {
-        tracing::info!(deleted, batch, "expired single-use records pruned");
-    }
-    Ok(Json(json!({ "deleted": deleted, "batch": batch })))
 }
 
 #[cfg(test)]

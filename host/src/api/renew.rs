@@ -25,5 +25,6 @@ pub(super) async fn renew(
         Ok(response) => Ok(Json(response)),
         Err(JoinError::Denied) => Err(ApiError::RenewDenied),
         Err(JoinError::Unavailable(detail)) => Err(ApiError::Internal(detail)),
+        Err(JoinError::Busy) => Err(ApiError::Busy),
     }
 }

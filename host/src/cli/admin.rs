@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 use super::AdminConnection;
 
 mod provisioning;
-pub(super) use provisioning::{PruneUsesArgs, WorkflowsCommand, prune_uses, workflows};
+mod prune;
+pub(super) use provisioning::{WorkflowsCommand, workflows};
+pub(super) use prune::{PruneCommand, PruneUsesArgs, prune, prune_uses};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum TokenCommand {
@@ -96,6 +98,8 @@ pub(super) enum NodesCommand {
     /// Records an inventory of a node (its product UUID and MACs); the newest is what a
     /// provisioned join is checked against.
     Inventory(provisioning::InventoryArgs),
+    /// Lists a node's inventories, newest first.
+    Inventories(NodeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -152,6 +156,12 @@ pub(super) enum AttestorsCommand {
 }
 
 #[derive(Debug, Args)]
+pub(super) struct AuditsArgs {
+    #[command(flatten)]
+    conn: AdminConnection,
+}
+
+#[derive(Debug, Args)]
 pub(super) struct EventsArgs {
     /// Keep printing new events as they happen.
     #[arg(long)]
@@ -167,6 +177,7 @@ struct Client {
     http: reqwest::Client,
     base: String,
     key: String,
+    page_size: u32,
 }
 
 impl Client {
@@ -200,10 +211,15 @@ impl Client {
             .add_root_certificate(load_ca(&ca_path)?)
             .timeout(Duration::from_secs(30))
             .build()?;
-        Ok(Self { http, base, key })
+        Ok(Self {
+            http,
+            base,
+            key,
+            page_size: conn.page_size,
+        })
     }
 
-    /// Every row of a paged list (`GET path`), a page of [`LIST_PAGE`] rows per request
+    /// Every row of a paged list (`GET path`), a page of `--page-size` rows per request
     /// following the host's `x-next-cursor`: each page is one short transaction on the host.
     async fn list(&self, path: &str) -> anyhow::Result<Value> {
         let mut rows = Vec::new();
@@ -213,7 +229,7 @@ impl Client {
                 .http
                 .get(format!("{}{path}", self.base))
                 .bearer_auth(&self.key)
-                .query(&[("limit", LIST_PAGE.to_string())]);
+                .query(&[("limit", self.page_size.to_string())]);
             if let Some(after) = &after {
                 req = req.query(&[("after", after)]);
             }
@@ -416,6 +432,7 @@ pub(super) async fn nodes(
         NodesCommand::Delete(a) => destructive(out, a, Destructive::Delete).await?,
         NodesCommand::RevokeIdentity(a) => destructive(out, a, Destructive::RevokeIdentity).await?,
         NodesCommand::Inventory(a) => provisioning::inventory(a, out).await?,
+        NodesCommand::Inventories(a) => provisioning::inventories(a, out).await?,
         NodesCommand::RevokeCert(a) => {
             let id = segment("node id", &a.id)?;
             let serial = segment("serial", &a.serial)?;
@@ -646,9 +663,6 @@ fn count(n: u64, thing: &str) -> String {
         format!("{n} {thing}s")
     }
 }
-
-/// Rows per page the CLI asks for when it lists (the host's maximum).
-const LIST_PAGE: u32 = 1000;
 
 /// A JSON string's text for a terminal, `-` for null or anything else: whatever a machine,
 /// an attestor or the host supplied, with control characters escaped (see [`escape`]).
@@ -901,9 +915,7 @@ pub(super) async fn pools(
             }
         }
         PoolsCommand::List(a) => {
-            let list = Client::new(&a.conn)?
-                .call(reqwest::Method::GET, "/v1/admin/pools", None)
-                .await?;
+            let list = Client::new(&a.conn)?.list("/v1/admin/pools").await?;
             if a.json {
                 write_json(out, &list)?;
             } else {
@@ -1011,8 +1023,6 @@ pub(super) async fn attestors(command: AttestorsCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Events per page.
-const EVENTS_PAGE: usize = 500;
 /// How often `--follow` asks for new events when it has seen them all.
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
 /// The longest `--follow` waits before asking again after a failed request.
@@ -1031,7 +1041,7 @@ pub(super) async fn events(args: EventsArgs) -> anyhow::Result<()> {
         loop {
             let events = events_page(&client, after).await?;
             print_events(&events, &mut after)?;
-            if events.len() < EVENTS_PAGE {
+            if events.len() < client.page_size as usize {
                 return Ok(());
             }
         }
@@ -1051,7 +1061,7 @@ async fn follow(client: &Client, mut after: i64) -> anyhow::Result<()> {
                 backoff = FOLLOW_POLL;
                 // A closed stdout (`| head`) ends the command.
                 print_events(&events, &mut after)?;
-                if events.len() < EVENTS_PAGE {
+                if events.len() < client.page_size as usize {
                     tokio::time::sleep(FOLLOW_POLL).await;
                 }
             }
@@ -1072,7 +1082,7 @@ async fn events_page(client: &Client, after: i64) -> anyhow::Result<Vec<Value>> 
     let page = client
         .call(
             reqwest::Method::GET,
-            &format!("/v1/admin/events?after={after}&limit={EVENTS_PAGE}"),
+            &format!("/v1/admin/events?after={after}&limit={}", client.page_size),
             None,
         )
         .await?;
@@ -1090,6 +1100,16 @@ fn print_events(events: &[Value], after: &mut i64) -> anyhow::Result<()> {
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// `gatehouse audits`: every audit record, oldest first, one JSON object a line, read a page
+/// at a time.
+pub(super) async fn audits(args: AuditsArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
+    let list = Client::new(&args.conn)?.list("/v1/admin/audits").await?;
+    for a in list.as_array().into_iter().flatten() {
+        writeln!(out, "{}", serde_json::to_string(a)?)?;
+    }
     Ok(())
 }
 
@@ -1170,11 +1190,7 @@ pub(super) async fn join_requests(
     match command {
         JoinRequestsCommand::List(a) => {
             let list = Client::new(&a.conn)?
-                .call(
-                    reqwest::Method::GET,
-                    &format!("/v1/admin/join-requests?state={}", a.state),
-                    None,
-                )
+                .list(&format!("/v1/admin/join-requests?state={}", a.state))
                 .await?;
             if a.json {
                 write_json(out, &list)?;

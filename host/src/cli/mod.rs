@@ -51,10 +51,19 @@ enum Command {
         #[command(subcommand)]
         command: admin::WorkflowsCommand,
     },
-    /// Deletes expired single-use evidence records (through the admin API), in batches.
+    /// Deletes expired single-use evidence records (through the admin API), in batches; the
+    /// same as `prune uses`.
     PruneUses(admin::PruneUsesArgs),
+    /// Deletes what is no longer needed by age: dead tokens, old events and audit records
+    /// (through the admin API), in batches of short transactions.
+    Prune {
+        #[command(subcommand)]
+        command: admin::PruneCommand,
+    },
     /// Prints events (through the admin API).
     Events(admin::EventsArgs),
+    /// Prints the audit records of join rounds, one JSON object a line (through the admin API).
+    Audits(admin::AuditsArgs),
     /// Attestors (through the admin API).
     Attestors {
         #[command(subcommand)]
@@ -86,6 +95,11 @@ pub(crate) struct AdminConnection {
     /// A `serve --dev` data directory to take all three from.
     #[arg(long, env = "GATEHOUSE_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Rows a list command asks for per request (1 to 1000); it follows the host's cursor
+    /// until the list ends, each page one short transaction on the host.
+    #[arg(long, env = "GATEHOUSE_PAGE_SIZE", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    page_size: u32,
 }
 
 impl Cli {
@@ -112,7 +126,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     execute(cli, &mut stdout).await
 }
 
-/// Runs the command, writing the `nodes`, `pools`, `workflows` and `prune-uses` commands' output to `out` (the others
+/// Runs the command, writing the `nodes`, `pools`, `workflows`, `audits`, `prune` and `prune-uses` commands' output to `out` (the others
 /// print to stdout). Returns [`NotConfirmed`] for a destructive command without `--yes`.
 pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow::Result<()> {
     match cli.command {
@@ -126,7 +140,9 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::JoinRequests { command } => admin::join_requests(command, out).await,
         Command::Workflows { command } => admin::workflows(command, out).await,
         Command::PruneUses(args) => admin::prune_uses(args, out).await,
+        Command::Prune { command } => admin::prune(command, out).await,
         Command::Events(args) => admin::events(args).await,
+        Command::Audits(args) => admin::audits(args, out).await,
         Command::Attestors { command } => admin::attestors(command).await,
         Command::Bench(args) => bench::run(args).await,
     }

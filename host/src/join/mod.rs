@@ -11,6 +11,7 @@
 //! refusal in a transaction of its own; a deferral applies only the attestor's own rows (join
 //! requests, key/value) and issues and spends nothing.
 
+mod backlog;
 mod key_attestation;
 pub mod policy;
 mod record;
@@ -71,6 +72,11 @@ pub enum JoinError {
     /// The host could not decide (database unavailable, signing failed). Nothing was spent.
     #[error("join failed: {0}")]
     Unavailable(String),
+    /// Every call slot of the attestor was taken and none came free in time (rule 13: it is
+    /// slow, hostile, or waiting on a database that does not answer). Nothing was decided or
+    /// spent, and the round is recorded as refused `attestor-busy`; the machine may try again.
+    #[error("attestor busy")]
+    Busy,
 }
 
 /// JoinService's settings.
@@ -99,6 +105,8 @@ pub struct JoinService {
     settings: JoinSettings,
     /// Where refusals are copied to, if configured ([`sink`]).
     sink: Option<sink::RefusalSink>,
+    /// Records of rounds the database could not take, until it can.
+    backlog: Arc<backlog::Backlog>,
 }
 
 impl JoinService {
@@ -115,6 +123,7 @@ impl JoinService {
             pki,
             settings,
             sink: None,
+            backlog: Arc::default(),
         }
     }
 
@@ -154,12 +163,49 @@ impl JoinService {
             return Err(self.refuse(&mut round, decision).await);
         }
 
+        let outcome = self.decide(&mut round, request).await;
+        self.recorded(&mut round, outcome).await
+    }
+
+    /// Every round leaves its record: one that ended [`JoinError::Unavailable`] (the database
+    /// failed, from `BEGIN` on) is recorded here as refused `storage-error` and still answered
+    /// "try again"; if the database cannot take that record either, the refusal sink gets its
+    /// copy and the [`backlog`] keeps it until a later round finds the database back. After a
+    /// round that reached the database, waiting records are written in the background.
+    async fn recorded(
+        &self,
+        round: &mut Round,
+        outcome: Result<JoinResponse, JoinError>,
+    ) -> Result<JoinResponse, JoinError> {
+        match outcome {
+            Err(JoinError::Unavailable(detail)) => {
+                let decision = Decision::host(Refusal::StorageError).detail(detail.clone());
+                self.refuse(round, decision).await;
+                Err(JoinError::Unavailable(detail))
+            }
+            other => {
+                if !self.backlog.is_empty() {
+                    let (backlog, db) = (self.backlog.clone(), self.db.clone());
+                    tokio::spawn(async move { backlog.flush(&db).await });
+                }
+                other
+            }
+        }
+    }
+
+    /// The round after its attestor id is known valid: the CSR, the token, the attestor's call
+    /// and the locked phase.
+    async fn decide(
+        &self,
+        round: &mut Round,
+        request: JoinRequest,
+    ) -> Result<JoinResponse, JoinError> {
         // Before the transaction: everything that needs no row.
         let csr = match verify_csr(&request.csr) {
             Ok(csr) => csr,
             Err(e) => {
                 let decision = Decision::host(Refusal::BadCsr).detail(e.to_string());
-                return Err(self.refuse(&mut round, decision).await);
+                return Err(self.refuse(round, decision).await);
             }
         };
         round.csr_sha256 = Some(csr.sha256);
@@ -172,7 +218,7 @@ impl JoinService {
                     Err(e) => {
                         let decision =
                             Decision::host(Refusal::TokenUnsealable).detail(e.to_string());
-                        return Err(self.refuse(&mut round, decision).await);
+                        return Err(self.refuse(round, decision).await);
                     }
                 }
             }
@@ -180,14 +226,14 @@ impl JoinService {
         round.token_id = token.as_ref().map(|t| t.id.clone());
         if !self.runtime.contains(&round.attestor) {
             return Err(self
-                .refuse(&mut round, Decision::host(Refusal::UnknownAttestor))
+                .refuse(round, Decision::host(Refusal::UnknownAttestor))
                 .await);
         }
         let claims = match request::normalise_claims(&request.claims) {
             Ok(claims) => claims,
             Err(e) => {
                 let decision = Decision::host(Refusal::BadClaims).detail(e.to_string());
-                return Err(self.refuse(&mut round, decision).await);
+                return Err(self.refuse(round, decision).await);
             }
         };
 
@@ -227,22 +273,29 @@ impl JoinService {
             round.elapsed += call.elapsed;
             let outcome = match call.result {
                 Ok(outcome) => outcome,
+                // The host's storage failed, not the machine: answered 503 retryable, never
+                // 403, and recorded as `storage-error` ([`JoinService::recorded`]).
+                Err(crate::runtime::Fault::Storage) => {
+                    return Err(JoinError::Unavailable(
+                        crate::runtime::Fault::Storage.to_string(),
+                    ));
+                }
+                // No slot of the attestor came free: not a verdict on the machine (during a
+                // database outage the slots are taken by calls waiting on it), so "try again".
+                Err(crate::runtime::Fault::Busy) => {
+                    let decision = Decision::host(Refusal::AttestorBusy);
+                    self.refuse(round, decision).await;
+                    return Err(JoinError::Busy);
+                }
                 Err(fault) => {
                     let decision =
                         Decision::host(Refusal::of_fault(&fault)).detail(fault.to_string());
-                    let refused = self.refuse(&mut round, decision).await;
-                    // The host's storage failed, not the machine: the round is recorded (audit
-                    // row, or the refusal sink when the database is down) and answered 503
-                    // retryable, never 403.
-                    if fault == crate::runtime::Fault::Storage {
-                        return Err(JoinError::Unavailable(fault.to_string()));
-                    }
-                    return Err(refused);
+                    return Err(self.refuse(round, decision).await);
                 }
             };
             let Some(session) = call.session else {
                 return Err(self
-                    .refuse(&mut round, Decision::host(Refusal::AttestorFault))
+                    .refuse(round, Decision::host(Refusal::AttestorFault))
                     .await);
             };
             let (decided, apply) = match outcome {
@@ -250,7 +303,7 @@ impl JoinService {
                     round.token_id = r.token_id.clone().or(round.token_id.take());
                     round.node_id = r.node_id.clone();
                     round.tenant_id = r.tenant_id.clone();
-                    return Err(self.refuse(&mut round, Decision::refused(&r.reason)).await);
+                    return Err(self.refuse(round, Decision::refused(&r.reason)).await);
                 }
                 Outcome::Deferred(d) => {
                     // A deferral spends nothing: a round that spent anything applies none of
@@ -258,7 +311,7 @@ impl JoinService {
                     if let Some(spent) = spent_in(&session.effects) {
                         let decision = Decision::host(Refusal::AttestorFault)
                             .detail(format!("deferred after {spent}"));
-                        return Err(self.refuse(&mut round, decision).await);
+                        return Err(self.refuse(round, decision).await);
                     }
                     (Decided::Deferred(d), Apply::OwnRows)
                 }
@@ -287,7 +340,7 @@ impl JoinService {
                     csr: &csr,
                 },
             };
-            match self.locked_phase(&mut round, locked).await {
+            match self.locked_phase(round, locked).await {
                 Ok(response) => return Ok(response),
                 // What the attestor read changed, or another transaction held a row this one
                 // needed: the round runs again on what is committed now.
@@ -297,7 +350,7 @@ impl JoinService {
                 Err(Stop::Storage(failure)) if failure.contention && attempt < MAX_ATTEMPTS => {
                     tracing::info!(attestor = %round.attestor, attempt, %failure, "join round run again");
                 }
-                Err(stop) => return Err(self.stopped(&mut round, stop).await),
+                Err(stop) => return Err(self.stopped(round, stop).await),
             }
             attempt += 1;
         }
@@ -344,19 +397,9 @@ impl JoinService {
         }
     }
 
-    /// Records a round the host's storage failed (its audit row when the database takes it,
-    /// and the refusal sink in any case, as for every refusal) and returns the retryable
-    /// error the machine reads as 503, never a refusal: nothing was spent or issued.
-    async fn unavailable(&self, round: &mut Round, failure: StorageFailure) -> JoinError {
-        tracing::error!(attestor = %round.attestor, %failure, "join failed");
-        let decision = Decision::host(Refusal::StorageError).detail(failure.to_string());
-        self.refuse(round, decision).await;
-        JoinError::Unavailable(failure.to_string())
-    }
-
-    /// The error a locked phase that stopped for good becomes, recorded: a conflict that
-    /// outlived its attempts is refused `join-conflict`; a storage failure is answered
-    /// retryable ([`Self::unavailable`]).
+    /// The error a locked phase that stopped for good becomes: a conflict that outlived its
+    /// attempts is refused `join-conflict`; a storage failure is the retryable
+    /// [`JoinError::Unavailable`], which [`Self::recorded`] records as `storage-error`.
     async fn stopped(&self, round: &mut Round, stop: Stop) -> JoinError {
         match stop {
             Stop::Refused(refused) => refused,
@@ -364,7 +407,10 @@ impl JoinService {
                 let decision = Decision::host(Refusal::JoinConflict).detail(why);
                 self.refuse(round, decision).await
             }
-            Stop::Storage(failure) => self.unavailable(round, failure).await,
+            Stop::Storage(failure) => {
+                tracing::error!(attestor = %round.attestor, %failure, "join failed");
+                JoinError::Unavailable(failure.to_string())
+            }
         }
     }
 
@@ -769,6 +815,9 @@ impl JoinService {
         }
         if let Some(sink) = &self.sink {
             sink.offer(record::refusal(round, &decision, at));
+        }
+        if at.is_none() {
+            self.backlog.push(round.clone(), decision);
         }
         JoinError::Denied
     }

@@ -27,6 +27,7 @@ pub(super) enum Op {
 }
 
 /// What is known about a round as it goes.
+#[derive(Clone)]
 pub(super) struct Round {
     pub op: Op,
     pub attestor: String,
@@ -68,6 +69,7 @@ impl Round {
 }
 
 /// How a round ended.
+#[derive(Clone)]
 pub(super) struct Decision {
     result: AuditResult,
     reason: Option<String>,
@@ -160,6 +162,18 @@ pub(super) async fn write(
     decision: &Decision,
 ) -> Result<i64, StoreError> {
     let at = tx.now().await?;
+    write_at(tx, round, decision, at).await?;
+    Ok(at)
+}
+
+/// Writes the round's audit row and event in `tx`, stamped `at` (ms since the Unix epoch): a
+/// record written later than its round ended ([`super::backlog`]).
+pub(super) async fn write_at(
+    tx: &mut Tx,
+    round: &Round,
+    decision: &Decision,
+    at: i64,
+) -> Result<(), StoreError> {
     let node_key = round.node_key.label();
     let mut payload = serde_json::json!({
         "attestor": round.attestor,
@@ -204,17 +218,13 @@ pub(super) async fn write(
         payload,
     })
     .await?;
-    Ok(at)
+    Ok(())
 }
 
 /// The sink's copy of a refused round, at the time of its audit row (or, if that was not
 /// written, the host's clock).
 pub(super) fn refusal(round: &Round, decision: &Decision, at: Option<i64>) -> super::sink::Refusal {
-    let at = at.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-    });
+    let at = at.unwrap_or_else(wall_clock_ms);
     super::sink::Refusal {
         kind: decision.event_kind(round.op),
         attestor: round.attestor.clone(),
@@ -225,6 +235,14 @@ pub(super) fn refusal(round: &Round, decision: &Decision, at: Option<i64>) -> su
         round: round.round,
         at,
     }
+}
+
+/// The host's clock in ms since the Unix epoch: the time of a record the database could not
+/// stamp.
+pub(super) fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Logs the round with structured fields.

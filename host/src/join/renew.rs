@@ -126,30 +126,41 @@ impl JoinService {
         client: &record::ClientInfo,
     ) -> Result<JoinResponse, JoinError> {
         let mut round = Round::renewal(client.clone());
+        let outcome = self.renew_round(&mut round, leaf, request).await;
+        self.recorded(&mut round, outcome).await
+    }
+
+    /// The renewal itself; [`JoinService::recorded`] makes sure it leaves its record.
+    async fn renew_round(
+        &self,
+        round: &mut Round,
+        leaf: Option<&[u8]>,
+        request: RenewRequest,
+    ) -> Result<JoinResponse, JoinError> {
         let Some(leaf) = leaf else {
             return Err(self
-                .refuse(&mut round, refused(RenewRefusal::NoClientCertificate))
+                .refuse(round, refused(RenewRefusal::NoClientCertificate))
                 .await);
         };
         let csr = match verify_csr(&request.csr) {
             Ok(csr) => csr,
             Err(e) => {
                 let decision = refused(RenewRefusal::BadCsr).detail(e.to_string());
-                return Err(self.refuse(&mut round, decision).await);
+                return Err(self.refuse(round, decision).await);
             }
         };
         round.csr_sha256 = Some(csr.sha256);
 
         let mut attempt = 1;
         loop {
-            match self.renew_locked(&mut round, leaf, &request, &csr).await {
+            match self.renew_locked(round, leaf, &request, &csr).await {
                 Ok(response) => return Ok(response),
                 // Another transaction held the node or its certificate: try again.
                 Err(Stop::Storage(failure)) if failure.contention && attempt < MAX_ATTEMPTS => {
                     tracing::info!(attempt, %failure, "renewal run again");
                     attempt += 1;
                 }
-                Err(stop) => return Err(self.stopped(&mut round, stop).await),
+                Err(stop) => return Err(self.stopped(round, stop).await),
             }
         }
     }

@@ -161,10 +161,10 @@ pub(super) async fn verify<B: TxBackend>(
         Ok(Ok(outcome)) => {
             let result = match validate(&outcome) {
                 Err(why) => Err(Fault::Malformed(why)),
-                // A call that saw storage fail cannot admit or defer on what it believes it
-                // wrote, and its refusal is most likely the failure's (join-token refuses
-                // `storage-error` when it cannot read the token): the machine must read "try
-                // again", not "refused".
+                // A call that saw storage fail decides nothing: it cannot admit or defer on what
+                // it believes it wrote, and its refusal may rest on a read that failed (the
+                // join-token attestor refuses `storage-error`): the database's failure is the
+                // host's "try again", never a refusal of the machine.
                 Ok(()) if storage_failed(store.data()) => Err(Fault::Storage),
                 // Nor on writes it was told were refused past a limit.
                 Ok(()) if !matches!(outcome, Outcome::Refused(_)) => {

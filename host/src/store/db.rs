@@ -201,10 +201,19 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    /// The start of the list.
+    /// The start of a list in ascending order.
     pub fn start() -> Self {
         Self {
             created_at: i64::MIN,
+            id: String::new(),
+        }
+    }
+
+    /// The start of a list in descending order (newest first): after every row, none being
+    /// stamped `i64::MAX` ms (some 292 million years from now).
+    pub fn end() -> Self {
+        Self {
+            created_at: i64::MAX,
             id: String::new(),
         }
     }
@@ -226,5 +235,36 @@ impl Cursor {
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.created_at, self.id)
+    }
+}
+
+/// Where a page of the pools, ordered by `(tenant_id, id)`, starts: after this pool. On the
+/// wire it is `<tenant>/<id>` (neither may hold a `/`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PoolCursor {
+    /// The last pool's tenant.
+    pub tenant_id: String,
+    /// The last pool's id.
+    pub id: String,
+}
+
+impl PoolCursor {
+    /// A cursor as [`fmt::Display`] wrote it; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (tenant_id, id) = s.split_once('/')?;
+        let part = |p: &str| !p.is_empty() && p.len() <= 128 && !p.contains('/');
+        if !part(tenant_id) || !part(id) || s.chars().any(char::is_control) {
+            return None;
+        }
+        Some(Self {
+            tenant_id: tenant_id.to_owned(),
+            id: id.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for PoolCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.tenant_id, self.id)
     }
 }

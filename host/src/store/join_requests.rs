@@ -49,9 +49,6 @@ fn request(row: &AnyRow) -> Result<JoinRequestRow, StoreError> {
     })
 }
 
-/// The most requests one listing returns.
-const JOIN_REQUESTS_LIST_MAX: u32 = 1000;
-
 /// A fresh join request id.
 pub(crate) fn new_id() -> String {
     format!("jr_{}", hex::encode(rand::random::<[u8; 16]>()))
@@ -246,12 +243,15 @@ impl Tx {
         Ok(self.execute(q).await? > 0)
     }
 
-    /// Join requests of every attestor, newest first (at most [`JOIN_REQUESTS_LIST_MAX`]),
-    /// with their state as of database time; only those in `state` when given (a pending
-    /// request past its expiry is listed as expired, not pending).
+    /// At most `limit` join requests of every attestor before `before` (start with
+    /// [`super::Cursor::end`]), newest first, with their state as of database time; only those
+    /// in `state` when given (a pending request past its expiry is listed as expired, not
+    /// pending).
     pub async fn list_join_requests(
         &mut self,
         state: Option<JoinRequestState>,
+        before: &super::Cursor,
+        limit: u32,
     ) -> Result<Vec<JoinRequestRow>, StoreError> {
         macro_rules! list {
             ($now:expr) => {
@@ -260,15 +260,18 @@ impl Tx {
                     effective_state!($now),
                     ", ",
                     columns!(),
-                    " FROM join_requests) AS r WHERE ($1 IS NULL OR r.state = $1) \
-                     ORDER BY r.created_at DESC, r.id DESC LIMIT $2"
+                    " FROM join_requests WHERE created_at < $2 OR (created_at = $2 AND id < $3)) \
+                     AS r WHERE ($1 IS NULL OR r.state = $1) \
+                     ORDER BY r.created_at DESC, r.id DESC LIMIT $4"
                 )
             };
         }
         let sql = self.pick(list!(sqlite_now!()), list!(postgres_now!()));
         let q = sqlx::query(sql)
             .bind(state.map(|s| s.as_str()))
-            .bind(i64::from(JOIN_REQUESTS_LIST_MAX));
+            .bind(before.created_at)
+            .bind(before.id.as_str())
+            .bind(i64::from(limit));
         let rows = self.fetch_all(q).await?;
         rows.iter().map(request).collect()
     }
@@ -298,7 +301,7 @@ impl Tx {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::super::testing;
+    use super::super::{Cursor, testing};
     use super::*;
 
     #[tokio::test]
@@ -323,17 +326,30 @@ mod tests {
                 |rows: Vec<JoinRequestRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
 
             // Newest first; a pending request past its expiry is not pending.
+            let start = Cursor::end();
             let pending = tx
-                .list_join_requests(Some(JoinRequestState::Pending))
+                .list_join_requests(Some(JoinRequestState::Pending), &start, 10)
                 .await
                 .unwrap();
             assert_eq!(ids(pending), [second.id.as_str(), first.id.as_str()]);
             let expired = tx
-                .list_join_requests(Some(JoinRequestState::Expired))
+                .list_join_requests(Some(JoinRequestState::Expired), &start, 10)
                 .await
                 .unwrap();
             assert_eq!(ids(expired), [lapsed.id.as_str()]);
-            assert_eq!(tx.list_join_requests(None).await.unwrap().len(), 3);
+            assert_eq!(
+                tx.list_join_requests(None, &start, 10).await.unwrap().len(),
+                3
+            );
+            // A page at a time: the page after the newest holds the next one, and so on.
+            let newest = tx.list_join_requests(None, &start, 1).await.unwrap();
+            assert_eq!(ids(newest.clone()), [second.id.as_str()]);
+            let after = Cursor {
+                created_at: newest[0].created_at,
+                id: newest[0].id.clone(),
+            };
+            let rest = tx.list_join_requests(None, &after, 10).await.unwrap();
+            assert_eq!(ids(rest), [first.id.as_str(), lapsed.id.as_str()]);
 
             let deny = JoinDecision::Deny;
             assert!(
@@ -347,7 +363,7 @@ mod tests {
                 ("tpm", JoinRequestState::Denied, Some(now + 2))
             );
             let denied = tx
-                .list_join_requests(Some(JoinRequestState::Denied))
+                .list_join_requests(Some(JoinRequestState::Denied), &Cursor::end(), 10)
                 .await
                 .unwrap();
             assert_eq!(ids(denied), [first.id.as_str()]);

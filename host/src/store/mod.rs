@@ -36,6 +36,7 @@ mod locks;
 mod migrate;
 mod nodes;
 mod provisioning;
+mod prune;
 mod reads;
 mod rows;
 mod site;
@@ -48,7 +49,7 @@ mod testing;
 #[cfg(test)]
 mod tests;
 
-pub use db::{Backend, Cursor, Db, sqlite_url};
+pub use db::{Backend, Cursor, Db, PoolCursor, sqlite_url};
 pub use error::StoreError;
 pub(crate) use join_requests::new_id as new_join_request_id;
 pub use kv::KV_VALUE_MAX;

@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 
 use super::decode::Fields;
 use super::reads::{inventory, workflow};
-use super::{InventoryRow, StoreError, Tx, WorkflowRow};
+use super::{Cursor, InventoryRow, StoreError, Tx, WorkflowRow};
 
 /// A workflow that is deploying its node: the only state in which it vouches for the token its
 /// `userdata.render` step minted.
@@ -78,10 +78,22 @@ impl Tx {
         row.as_ref().map(workflow).transpose()
     }
 
-    /// Every workflow, oldest first.
-    pub async fn list_workflows(&mut self) -> Result<Vec<WorkflowRow>, StoreError> {
-        let sql = format!("SELECT {WORKFLOW_COLUMNS} FROM workflows ORDER BY created_at, id");
-        let rows = self.fetch_all(sqlx::query(&sql)).await?;
+    /// At most `limit` workflows after `after`, oldest first: one page.
+    pub async fn list_workflows(
+        &mut self,
+        after: &Cursor,
+        limit: u32,
+    ) -> Result<Vec<WorkflowRow>, StoreError> {
+        let sql = format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM workflows \
+             WHERE created_at > $1 OR (created_at = $1 AND id > $2) \
+             ORDER BY created_at, id LIMIT $3"
+        );
+        let q = sqlx::query(&sql)
+            .bind(after.created_at)
+            .bind(after.id.as_str())
+            .bind(i64::from(limit));
+        let rows = self.fetch_all(q).await?;
         rows.iter().map(workflow).collect()
     }
 
@@ -164,13 +176,22 @@ impl Tx {
         rows.iter().map(discovery_workflow).collect()
     }
 
-    /// Every discovery workflow, oldest first.
+    /// At most `limit` discovery workflows after `after`, oldest first: one page.
     pub async fn list_discovery_workflows(
         &mut self,
+        after: &Cursor,
+        limit: u32,
     ) -> Result<Vec<DiscoveryWorkflowRow>, StoreError> {
-        let sql =
-            format!("SELECT {DISCOVERY_COLUMNS} FROM discovery_workflows ORDER BY created_at, id");
-        let rows = self.fetch_all(sqlx::query(&sql)).await?;
+        let sql = format!(
+            "SELECT {DISCOVERY_COLUMNS} FROM discovery_workflows \
+             WHERE created_at > $1 OR (created_at = $1 AND id > $2) \
+             ORDER BY created_at, id LIMIT $3"
+        );
+        let q = sqlx::query(&sql)
+            .bind(after.created_at)
+            .bind(after.id.as_str())
+            .bind(i64::from(limit));
+        let rows = self.fetch_all(q).await?;
         rows.iter().map(discovery_workflow).collect()
     }
 
@@ -203,13 +224,23 @@ impl Tx {
         Ok(self.execute(q).await? == 1)
     }
 
-    /// A node's inventories, newest first.
-    pub async fn inventories(&mut self, node_id: &str) -> Result<Vec<InventoryRow>, StoreError> {
+    /// At most `limit` of a node's inventories recorded before `before` (start with
+    /// [`Cursor::end`]), newest first: one page.
+    pub async fn inventories(
+        &mut self,
+        node_id: &str,
+        before: &Cursor,
+        limit: u32,
+    ) -> Result<Vec<InventoryRow>, StoreError> {
         let q = sqlx::query(
             "SELECT id, node_id, product_uuid, macs, recorded_at FROM inventories \
-             WHERE node_id = $1 ORDER BY recorded_at DESC, id DESC",
+             WHERE node_id = $1 AND (recorded_at < $2 OR (recorded_at = $2 AND id < $3)) \
+             ORDER BY recorded_at DESC, id DESC LIMIT $4",
         )
-        .bind(node_id);
+        .bind(node_id)
+        .bind(before.created_at)
+        .bind(before.id.as_str())
+        .bind(i64::from(limit));
         let rows = self.fetch_all(q).await?;
         rows.iter().map(inventory).collect()
     }
@@ -253,8 +284,21 @@ mod tests {
             tx.insert_workflow(&wf("wf2", 2)).await.unwrap();
             tx.insert_workflow(&wf("wf1", 1)).await.unwrap();
             assert_eq!(
-                tx.list_workflows().await.unwrap(),
+                tx.list_workflows(&Cursor::start(), 10).await.unwrap(),
                 [wf("wf1", 1), wf("wf2", 2)]
+            );
+            // A page at a time.
+            assert_eq!(
+                tx.list_workflows(&Cursor::start(), 1).await.unwrap(),
+                [wf("wf1", 1)]
+            );
+            let after_first = Cursor {
+                created_at: 1,
+                id: "wf1".into(),
+            };
+            assert_eq!(
+                tx.list_workflows(&after_first, 10).await.unwrap(),
+                [wf("wf2", 2)]
             );
             assert_eq!(tx.workflow("wf2").await.unwrap(), Some(wf("wf2", 2)));
             assert_eq!(tx.workflow("wf3").await.unwrap(), None);
@@ -292,13 +336,20 @@ mod tests {
             .await
             .unwrap();
             let ids: Vec<_> = tx
-                .inventories("node_1")
+                .inventories("node_1", &Cursor::end(), 10)
                 .await
                 .unwrap()
                 .into_iter()
                 .map(|i| i.id)
                 .collect();
             assert_eq!(ids, ["inv_b", "inv_a"]);
+            let before_newest = Cursor {
+                created_at: 6,
+                id: "inv_b".into(),
+            };
+            let older = tx.inventories("node_1", &before_newest, 10).await.unwrap();
+            assert_eq!(older.len(), 1);
+            assert_eq!(older[0].id, "inv_a");
             tx.commit().await.unwrap();
         }
     }

@@ -89,11 +89,20 @@ impl Tx {
         Ok(self.execute(q).await? == 1)
     }
 
-    /// Every pool, by tenant and id.
-    pub async fn list_pools(&mut self) -> Result<Vec<PoolRow>, StoreError> {
+    /// At most `limit` pools after `after`, by tenant and id: one page.
+    pub async fn list_pools(
+        &mut self,
+        after: &super::PoolCursor,
+        limit: u32,
+    ) -> Result<Vec<PoolRow>, StoreError> {
         let q = sqlx::query(
-            "SELECT tenant_id, id, join_attestors, owner FROM pools ORDER BY tenant_id, id",
-        );
+            "SELECT tenant_id, id, join_attestors, owner FROM pools \
+             WHERE tenant_id > $1 OR (tenant_id = $1 AND id > $2) \
+             ORDER BY tenant_id, id LIMIT $3",
+        )
+        .bind(after.tenant_id.as_str())
+        .bind(after.id.as_str())
+        .bind(i64::from(limit));
         self.fetch_all(q).await?.iter().map(pool).collect()
     }
 
@@ -213,7 +222,7 @@ impl Tx {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::super::testing;
+    use super::super::{PoolCursor, testing};
     use super::*;
 
     fn gpu(join_attestors: Option<Vec<String>>) -> PoolRow {
@@ -235,7 +244,10 @@ mod tests {
             assert!(tx.create_pool(&gpu(tpm.clone())).await.unwrap());
             // A second create of the same id changes nothing.
             assert!(!tx.create_pool(&gpu(None)).await.unwrap());
-            assert_eq!(tx.list_pools().await.unwrap(), [gpu(tpm)]);
+            assert_eq!(
+                tx.list_pools(&PoolCursor::default(), 10).await.unwrap(),
+                [gpu(tpm)]
+            );
 
             let both = ["join-token".to_owned(), "x509pop".to_owned()];
             assert!(

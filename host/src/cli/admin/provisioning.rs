@@ -1,5 +1,5 @@
-//! Provisioning commands: `nodes inventory`, `workflows start|list|show|complete|cancel` and
-//! `prune-uses`, clients of the admin API's provisioning routes.
+//! Provisioning commands: `nodes inventory` and `workflows start|list|show|complete|cancel`,
+//! clients of the admin API's provisioning routes.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -98,15 +98,6 @@ pub(in crate::cli) struct WorkflowArgs {
     conn: AdminConnection,
 }
 
-#[derive(Debug, Args)]
-pub(in crate::cli) struct PruneUsesArgs {
-    /// Records deleted per transaction (1 to 100000).
-    #[arg(long, default_value_t = 5000)]
-    batch: u32,
-    #[command(flatten)]
-    conn: AdminConnection,
-}
-
 /// `nodes inventory ID [--product-uuid U] [--mac M]...`.
 pub(in crate::cli) async fn inventory(
     a: InventoryArgs,
@@ -145,6 +136,46 @@ pub(in crate::cli) async fn inventory(
     Ok(())
 }
 
+/// `nodes inventories ID`: a node's inventories, newest first, read a page at a time.
+pub(in crate::cli) async fn inventories(
+    a: super::NodeArgs,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    let id = segment("node id", &a.id)?;
+    let list = Client::new(&a.conn)?
+        .list(&format!("/v1/admin/nodes/{id}/inventories"))
+        .await?;
+    if a.json {
+        return write_json(out, &list);
+    }
+    writeln!(
+        out,
+        "{:<36} {:<20} {:<36} MACS",
+        "ID", "RECORDED", "PRODUCT UUID"
+    )?;
+    for row in list.as_array().into_iter().flatten() {
+        let macs: Vec<String> = row["macs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        writeln!(
+            out,
+            "{:<36} {:<20} {:<36} {}",
+            text(&row["id"]),
+            time(&row["recordedAt"]),
+            text(&row["productUuid"]),
+            if macs.is_empty() {
+                "-".to_owned()
+            } else {
+                macs.join(",")
+            }
+        )?;
+    }
+    Ok(())
+}
+
 pub(in crate::cli) async fn workflows(
     command: WorkflowsCommand,
     out: &mut (dyn Write + Send),
@@ -152,9 +183,7 @@ pub(in crate::cli) async fn workflows(
     match command {
         WorkflowsCommand::Start(a) => start(a, out).await?,
         WorkflowsCommand::List(a) => {
-            let list = Client::new(&a.conn)?
-                .call(reqwest::Method::GET, "/v1/admin/workflows", None)
-                .await?;
+            let list = Client::new(&a.conn)?.list("/v1/admin/workflows").await?;
             if a.json {
                 write_json(out, &list)?;
             } else {
@@ -334,36 +363,5 @@ fn write_workflow(out: &mut (dyn Write + Send), w: &Value) -> anyhow::Result<()>
     ] {
         writeln!(out, "{label:<9} {value}")?;
     }
-    Ok(())
-}
-
-/// `prune-uses [--batch N]`: deletes expired single-use records, one batch per request (each
-/// its own short transaction on the host), until a batch comes back short.
-pub(in crate::cli) async fn prune_uses(
-    a: PruneUsesArgs,
-    out: &mut (dyn Write + Send),
-) -> anyhow::Result<()> {
-    if a.batch == 0 {
-        anyhow::bail!("--batch must be at least 1");
-    }
-    let client = Client::new(&a.conn)?;
-    let mut total = 0u64;
-    loop {
-        let answer = client
-            .call(
-                reqwest::Method::POST,
-                "/v1/admin/attestation-uses/prune",
-                Some(json!({ "batch": a.batch })),
-            )
-            .await?;
-        let deleted = answer["deleted"]
-            .as_u64()
-            .context("the host's answer has no `deleted` count")?;
-        total += deleted;
-        if deleted < u64::from(a.batch) {
-            break;
-        }
-    }
-    writeln!(out, "pruned {total} expired single-use records")?;
     Ok(())
 }
