@@ -352,6 +352,12 @@ struct JoinArgs {
     /// the attestor's ekRoots, sent with the EK certificate.
     #[arg(long, value_name = "FILE")]
     ek_chain: Option<PathBuf>,
+    /// With --attestor tpm: the endorsement key to prove, a TCG EK profile template: rsa2048,
+    /// ecc-p256, rsa3072 or ecc-p384. `auto` takes the first of those, in that order, whose
+    /// EK certificate the TPM holds in NV. ecc-p256 is much faster than rsa2048 on a discrete
+    /// TPM; the EK proven is the machine's identity, so keep the choice across re-joins.
+    #[arg(long, value_name = "TEMPLATE", default_value = "auto")]
+    ek: gatehouse_agent::tpm::EkSelection,
     /// The role to join as.
     #[arg(long, default_value = "node", value_parser = parse_role)]
     role: Role,
@@ -687,8 +693,9 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
             // The node key is made in the TPM; if it cannot be, the join stops rather than
             // fall back to a file.
             let node_key = TpmNodeKey::generate(&tpm).map_err(|e| Failure::Join(e.into()))?;
-            let mut producer =
-                TpmProducer::new(tpm, Some(node_key.clone())).with_ek_chain(ek_chain);
+            let mut producer = TpmProducer::new(tpm, Some(node_key.clone()))
+                .with_ek_chain(ek_chain)
+                .with_ek(args.ek);
             let key = NodeKey::Tpm(node_key);
             let joined = join(&client, &trust, &mut producer, None, &key, &options)
                 .await
