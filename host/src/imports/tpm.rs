@@ -311,7 +311,7 @@ pub mod native {
             // aws-lc checks that the EK's point is on the curve.
             let z = agree_ephemeral(
                 private,
-                &UnparsedPublicKey::new(algorithm, &peer),
+                UnparsedPublicKey::new(algorithm, &peer),
                 TpmError::Malformed("the EK's point is not on its curve"),
                 |z| Ok(z.to_vec()),
             )?;

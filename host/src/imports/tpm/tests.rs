@@ -134,7 +134,7 @@ fn activate(ek: &EkPrivate<'_>, ak_name: &[u8], blob: &[u8], encrypted: &[u8]) -
             let algorithm = if width == 32 { &ECDH_P256 } else { &ECDH_P384 };
             let z = agreement::agree(
                 key,
-                &agreement::UnparsedPublicKey::new(algorithm, &point),
+                agreement::UnparsedPublicKey::new(algorithm, &point),
                 (),
                 |z| Ok(z.to_vec()),
             )
