@@ -493,3 +493,106 @@ fn azure_nonce_and_signer_name_are_checked() {
         "untrusted-signer",
     );
 }
+
+// --- GCE identity tokens ----------------------------------------------------------------------
+
+fn gcp_evidence(token: &str) -> CloudIidEvidence {
+    CloudIidEvidence {
+        provider: Provider::Gcp,
+        document: token.trim().to_owned(),
+        signature: None,
+    }
+}
+
+/// `token` with one character of its part `part` (0 header, 1 payload, 2 signature) changed,
+/// at `at` characters into it.
+fn change_part(token: &str, part: usize, at: usize) -> String {
+    let mut parts: Vec<String> = token.trim().split('.').map(str::to_owned).collect();
+    let mut chars: Vec<char> = parts[part].chars().collect();
+    chars[at] = if chars[at] == 'A' { 'B' } else { 'A' };
+    parts[part] = chars.into_iter().collect();
+    parts.join(".")
+}
+
+#[test]
+fn gce_identity_tokens_are_admitted_with_googles_keys_of_their_time() {
+    for (name, audience, project, instance, iat) in [
+        (
+            "gce/2019-istio",
+            "myaudience",
+            "mesh-expansion-235023",
+            "3860110238946415859",
+            1_556_235_445_i64,
+        ),
+        (
+            "gce/2020-ncbi",
+            "https://www.ncbi.nlm.nih.gov",
+            "gold-optics-262407",
+            "2911665560261013853",
+            1_596_892_352,
+        ),
+        (
+            "gce/2024-infisical",
+            "71d1b279-2fe3-4828-85f5-2f4a2fdb02a1",
+            "infisical-dev",
+            "8418160715288427941",
+            1_715_962_787,
+        ),
+    ] {
+        let jwks = vector(&format!("{name}.jwks.json"));
+        let gcp = attestor(
+            json!({ "gcp": { "jwks": jwks, "audience": audience } }),
+            Provider::Gcp,
+            project,
+        );
+        let token = vector(&format!("{name}.jwt"));
+        // A minute after Google made it.
+        let now = (iat + 60) * 1000;
+        admitted(
+            join(&gcp, &gcp_evidence(&token), now, [0; 32]),
+            &format!("cloud:gcp:{project}:{instance}"),
+        );
+        // A changed byte in the signature and in the signed claims.
+        for (part, at) in [(2, 10), (1, 40)] {
+            refused(
+                join(
+                    &gcp,
+                    &gcp_evidence(&change_part(&token, part, at)),
+                    now,
+                    [0; 32],
+                ),
+                "bad-signature",
+            );
+        }
+        // After its hour, for another audience, and under another key set.
+        refused(
+            join(&gcp, &gcp_evidence(&token), now + DAY, [0; 32]),
+            "expired",
+        );
+        let other_audience = attestor(
+            json!({ "gcp": { "jwks": jwks, "audience": "another" } }),
+            Provider::Gcp,
+            project,
+        );
+        refused(
+            join(&other_audience, &gcp_evidence(&token), now, [0; 32]),
+            "bad-audience",
+        );
+    }
+    // A token checked against another year's keys: its kid is unknown there.
+    let keys_2024 = vector("gce/2024-infisical.jwks.json");
+    let gcp = attestor(
+        json!({ "gcp": { "jwks": keys_2024, "audience": "myaudience" } }),
+        Provider::Gcp,
+        "mesh-expansion-235023",
+    );
+    refused(
+        join(
+            &gcp,
+            &gcp_evidence(&vector("gce/2019-istio.jwt")),
+            (1_556_235_445 + 60) * 1000,
+            [0; 32],
+        ),
+        "unknown-key",
+    );
+}

@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use gatehouse_agent::tpm::swtpm::{LocalCa, Swtpm};
-use gatehouse_agent::tpm::{OddKey, Tpm, TpmNodeKey, TpmProducer, tpm_name};
+use gatehouse_agent::tpm::{
+    EkSelection, EkTemplate, OddKey, Tpm, TpmNodeKey, TpmProducer, tpm_name,
+};
 use gatehouse_agent::{
     Action, EvidenceProducer, JoinClient, JoinError, JoinOptions, Joined, Lifecycle, NodeKey,
     ProducerError, RenewClient, RenewError, RenewPolicy, TPM_CLEARED_HINT, doctor, join,
@@ -26,18 +28,38 @@ use crate::common::{Backend, HostOptions, TestHost, backends};
 struct Machine {
     _swtpm: Swtpm,
     tpm: Tpm,
+    /// The EK the agent proves.
+    ek: EkSelection,
+    /// The public area of that EK.
+    ek_public: Vec<u8>,
     ek_sha256: String,
 }
 
 impl Machine {
     fn new(ca: &LocalCa) -> Self {
-        let swtpm = Swtpm::start(ca).unwrap();
+        Self::proving(ca, EkSelection::Auto)
+    }
+
+    /// A machine whose agent proves the EK `ek` selects. swtpm_setup makes the RSA-2048 (or,
+    /// for an RSA-3072 EK, the RSA-3072) and the P-384 EK certificates; for a P-256 EK the
+    /// certificate is provisioned here, as a manufacturer does.
+    fn proving(ca: &LocalCa, ek: EkSelection) -> Self {
+        let rsa_bits = match ek {
+            EkSelection::Template(EkTemplate::Rsa3072) => 3072,
+            _ => 2048,
+        };
+        let swtpm = Swtpm::start_with_rsa_bits(ca, rsa_bits).unwrap();
+        if ek == EkSelection::Template(EkTemplate::EccP256) {
+            swtpm.provision_ecc_p256_ek(ca).unwrap();
+        }
         let tpm = swtpm.open().unwrap();
-        let ek = tpm.enrollment().unwrap().ek_public;
+        let (enrollment, _) = tpm.enrollment_with(ek).unwrap();
         Self {
             _swtpm: swtpm,
             tpm,
-            ek_sha256: hex(&Sha256::digest(&ek)),
+            ek,
+            ek_sha256: hex(&Sha256::digest(&enrollment.ek_public)),
+            ek_public: enrollment.ek_public,
         }
     }
 }
@@ -87,7 +109,8 @@ async fn join_with(
     let client = JoinClient::new(&host.url(), &host.trust)?;
     let node_key = TpmNodeKey::generate(&m.tpm).unwrap();
     let producer = TpmProducer::new(m.tpm.clone(), Some(node_key.clone()))
-        .with_ek_chain(vec![ca.intermediate_der().unwrap()]);
+        .with_ek_chain(vec![ca.intermediate_der().unwrap()])
+        .with_ek(m.ek);
     let mut producer = wrap(producer, &node_key);
     let key = NodeKey::Tpm(node_key);
     let joined = join(
@@ -290,6 +313,80 @@ async fn a_certified_join_renews_only_with_key_attestation(backend: Backend) {
 async fn tpm_join_is_certified_and_renews_only_with_key_attestation() {
     for backend in backends() {
         a_certified_join_renews_only_with_key_attestation(backend).await;
+    }
+}
+
+/// The ECC EKs (P-256, template L-2, and P-384, H-3) and the RSA-3072 EK (H-6) each join end
+/// to end: the host's MakeCredential (ECDH and KDFe for ECC, OAEP-SHA-384 for RSA-3072,
+/// SHA-384 and AES-256 for the high range) is undone by swtpm's TPM2_ActivateCredential, the
+/// EK certificate verifies against the local CA, and the node is bound to that EK.
+async fn every_ek_template_joins(backend: Backend, ca: &LocalCa, machines: &[Machine]) {
+    let refs: Vec<&Machine> = machines.iter().collect();
+    let host = host(backend, config(ca, &refs, "refuse")).await;
+    let mut nodes = Vec::new();
+    for m in machines {
+        let (joined, _) = join_tpm(&host, ca, m)
+            .await
+            .unwrap_or_else(|e| panic!("{backend:?} {:?}: {e}", m.ek));
+        assert_eq!(joined.rounds, 2, "{backend:?} {:?}", m.ek);
+        nodes.push(joined.node_id);
+    }
+    nodes.dedup();
+    assert_eq!(nodes.len(), machines.len(), "{backend:?}: one node per EK");
+    let audits = host.audits().await;
+    for m in machines {
+        let subject = format!("ek:{}", m.ek_sha256);
+        assert!(
+            audits
+                .iter()
+                .any(|a| a.subject.as_deref() == Some(subject.as_str())),
+            "{backend:?} {:?}: no admission for {subject}",
+            m.ek
+        );
+    }
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpm_ecc_and_high_range_eks_join_end_to_end() {
+    let ca = LocalCa::new().unwrap();
+    let machines: Vec<Machine> = [
+        EkTemplate::EccP256,
+        EkTemplate::EccP384,
+        EkTemplate::Rsa3072,
+    ]
+    .into_iter()
+    .map(|t| Machine::proving(&ca, EkSelection::Template(t)))
+    .collect();
+    // What each EK is: its key and nameAlg, as the profile's template says.
+    let kinds: Vec<(String, u16)> = machines
+        .iter()
+        .map(|m| {
+            let p = gatehouse_tpm::Public::parse(&m.ek_public).unwrap();
+            let key = match p.key {
+                gatehouse_tpm::PublicKey::Rsa { modulus, .. } => {
+                    format!("rsa{}", modulus.len() * 8)
+                }
+                gatehouse_tpm::PublicKey::Ecc { curve, .. } => format!("{curve:?}"),
+                other => format!("{other:?}"),
+            };
+            (key, p.name_alg.id())
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("P256".to_owned(), 0x000b),
+            ("P384".to_owned(), 0x000c),
+            ("rsa3072".to_owned(), 0x000c)
+        ]
+    );
+    // With every certificate present, auto keeps proving the RSA-2048 EK.
+    let (auto, template) = machines[0].tpm.enrollment_with(EkSelection::Auto).unwrap();
+    assert_eq!(template, EkTemplate::Rsa2048);
+    assert_ne!(auto.ek_public, machines[0].ek_public);
+    for backend in backends() {
+        every_ek_template_joins(backend, &ca, &machines).await;
     }
 }
 

@@ -59,7 +59,7 @@ pub use config::{AllowEntry, EnrollmentMode, NodeKeyMode, PcrRequirement};
 
 /// The EK certificate does not chain to `ekRoots` or does not certify the EK.
 pub const EK_UNTRUSTED: &str = "ek-untrusted";
-/// The EK public area does not parse, is not the default RSA EK, or is sent TPM2B-wrapped.
+/// The EK public area does not parse or is sent TPM2B-wrapped.
 pub const EK_MALFORMED: &str = "ek-malformed";
 /// The AK does not parse.
 pub const AK_MALFORMED: &str = "ak-malformed";
@@ -85,7 +85,9 @@ pub const PCR_POLICY: &str = "pcr-policy";
 pub const UNKNOWN_EK: &str = "unknown-ek";
 /// The request carries a join token: a tpm join reads none.
 pub const UNEXPECTED_TOKEN: &str = "unexpected-token";
-/// MakeCredential failed for this EK (not an RSA storage key the host supports).
+/// MakeCredential failed for this EK: not a storage key of a template the host supports (RSA,
+/// or ECC P-256 / P-384; nameAlg SHA-256, -384 or -512; AES-CFB), or an ECC point off its
+/// curve.
 pub const EK_UNSUPPORTED: &str = "ek-unsupported";
 /// The operator denied the join request.
 pub const JOIN_REQUEST_DENIED: &str = "join-request-denied";
@@ -616,21 +618,38 @@ fn node_key_reason(e: &TpmError) -> &'static str {
     }
 }
 
-/// The lowercase hex SHA-256 of the EK public area, which must be a bare TPMT_PUBLIC with
-/// nameAlg SHA-256 (its name is then `000b ‖ that hash`), so one EK has one hash.
+/// The lowercase hex SHA-256 of the EK public area, which must be a bare TPMT_PUBLIC, so one
+/// EK has one hash.
+///
+/// `tpm-parse-public` also reads a TPM2B_PUBLIC (a 16-bit size equal to the rest's length in
+/// front), so bytes it read as one are refused: for a SHA-256 nameAlg the name must be
+/// `000b ‖ sha256(bytes)`, and for the high-range templates' SHA-384 or SHA-512 nameAlg, whose
+/// digest this component does not compute, the first two bytes must not be such a size.
 fn ek_hash(cx: &Context<'_>, ek_public: &[u8]) -> Result<String, Refusal> {
     let hash = cx.crypto.sha256(ek_public);
     let info = cx
         .crypto
         .tpm_parse_public(ek_public)
         .map_err(|_| refuse(EK_MALFORMED))?;
-    let mut name = vec![0x00, 0x0b];
-    name.extend_from_slice(&hash);
-    if info.name != name {
+    let bare = match info.name_alg {
+        SHA256_ALG => {
+            let mut name = vec![0x00, 0x0b];
+            name.extend_from_slice(&hash);
+            info.name == name
+        }
+        _ => match ek_public.split_first_chunk::<2>() {
+            Some((size, rest)) => usize::from(u16::from_be_bytes(*size)) != rest.len(),
+            None => false,
+        },
+    };
+    if !bare {
         return Err(refuse(EK_MALFORMED));
     }
     Ok(hex::encode(hash))
 }
+
+/// TPM_ALG_SHA256.
+const SHA256_ALG: u16 = 0x000b;
 
 /// Opens round 1's state for this CSR.
 fn open_state(cx: &Context<'_>, sealed: &[u8], csr_sha256: &[u8]) -> Result<State, Refusal> {

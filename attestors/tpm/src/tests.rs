@@ -17,8 +17,8 @@ use gatehouse_sdk::{
     TpmPcrValue, TpmPublicInfo, Tx, TxError, UseError, VerifiedChain, Workflow, reason,
 };
 use gatehouse_tpm::marshal::{
-    AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public, ecdsa_sha256_signature,
-    quote_attest, rsa_ek_public,
+    AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public, ecc_p384_ek_public,
+    ecdsa_sha256_signature, quote_attest, rsa_ek_public,
 };
 use gatehouse_tpm::{HashAlg, RustCryptoVerifier, attr};
 use p256::ecdsa::signature::Signer as _;
@@ -717,6 +717,36 @@ fn enrollment_refuse_refuses_an_unknown_ek() {
     assert_eq!(
         refused(run.round2(&attestor, &machine, machine.answer(&challenge))),
         UNKNOWN_EK
+    );
+}
+
+#[test]
+fn a_high_range_ecc_p384_ek_joins_and_is_keyed_by_its_sha256() {
+    // Template H-3: nameAlg SHA-384, so its name is not 000b ‖ sha256(public).
+    let mut machine = Machine::new();
+    machine.ek_public = ecc_p384_ek_public(&[0x11; 48], &[0x12; 48]);
+    let attestor = config(&allow(&machine));
+    let run = Run::new();
+    let challenge = run.challenge(&attestor, &machine);
+    let outcome = run.round2(&attestor, &machine, machine.answer(&challenge));
+    let Outcome::Admitted(result) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(
+        result.bindings[0].value,
+        hex::encode(sha2::Sha256::digest(&machine.ek_public))
+    );
+    // TPM2B-wrapped, the same EK would have a second hash: refused.
+    let mut e = machine.enrollment();
+    let mut wrapped = u16::try_from(e.ek_public.len())
+        .unwrap()
+        .to_be_bytes()
+        .to_vec();
+    wrapped.extend(&e.ek_public);
+    e.ek_public = wrapped;
+    assert_eq!(
+        refused(run.verify(&attestor, &request(&machine, &TpmEvidence::Enroll(e), 1))),
+        EK_MALFORMED
     );
 }
 

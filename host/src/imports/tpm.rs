@@ -1,6 +1,6 @@
 //! The host side of the WIT `tpm` interface: TPM 2.0 structures parsed and checked natively
 //! with `gatehouse-tpm` (total parsers, every length capped), signatures verified and
-//! MakeCredential's RSA-OAEP and AES-CFB done with aws-lc-rs, EK chains verified with
+//! MakeCredential's RSA-OAEP, ECDH and AES-CFB done with aws-lc-rs, EK chains verified with
 //! [`crate::pki::verify::verify_chain`].
 //!
 //! The functions are pure (no transaction, no session), so the renewal path and the benchmark
@@ -168,11 +168,19 @@ fn wit_error(e: gatehouse_tpm::TpmError) -> TpmError {
 
 /// The native TPM checks the import, renewal and the benchmark share.
 pub mod native {
+    use aws_lc_rs::agreement::{
+        ECDH_P256, ECDH_P384, EphemeralPrivateKey, UnparsedPublicKey, agree_ephemeral,
+    };
     use aws_lc_rs::cipher::{AES_128, AES_256, EncryptingKey, EncryptionContext, UnboundCipherKey};
     use aws_lc_rs::iv::FixedLength;
-    use aws_lc_rs::rsa::{OAEP_SHA256_MGF1SHA256, OaepPublicEncryptingKey, PublicEncryptingKey};
+    use aws_lc_rs::rand::SystemRandom;
+    use aws_lc_rs::rsa::{
+        OAEP_SHA256_MGF1SHA256, OAEP_SHA384_MGF1SHA384, OAEP_SHA512_MGF1SHA512,
+        OaepPublicEncryptingKey, PublicEncryptingKey,
+    };
     use gatehouse_tpm::{
-        Credential, CredentialCrypto, EccCurve, Public, PublicKey, Signature, TpmError, Verifier,
+        Credential, CredentialCrypto, EccCurve, EcdhShare, HashAlg, Public, PublicKey, Signature,
+        TpmError, Verifier,
     };
     use x509_parser::prelude::FromDer as _;
     use x509_parser::x509::SubjectPublicKeyInfo;
@@ -190,7 +198,6 @@ pub mod native {
             message: &[u8],
             signature: &Signature,
         ) -> Result<(), TpmError> {
-            use gatehouse_tpm::HashAlg;
             let (scheme, bytes) = match (&key.key, signature) {
                 (
                     PublicKey::Ecc {
@@ -241,27 +248,78 @@ pub mod native {
         }
     }
 
-    /// MakeCredential's RSA-OAEP and AES-CFB over aws-lc-rs.
+    /// MakeCredential's randomness, RSA-OAEP, ECDH and AES-CFB over aws-lc-rs.
     struct AwsLcCredential;
 
     impl CredentialCrypto for AwsLcCredential {
-        fn rsa_oaep_sha256(
+        fn fill_random(&self, out: &mut [u8]) -> Result<(), TpmError> {
+            aws_lc_rs::rand::fill(out).map_err(|_| TpmError::Unsupported("randomness"))
+        }
+
+        fn rsa_oaep(
             &self,
+            hash: HashAlg,
             spki: &[u8],
             plaintext: &[u8],
             label: &[u8],
         ) -> Result<Vec<u8>, TpmError> {
+            let algorithm = match hash {
+                HashAlg::Sha256 => &OAEP_SHA256_MGF1SHA256,
+                HashAlg::Sha384 => &OAEP_SHA384_MGF1SHA384,
+                HashAlg::Sha512 => &OAEP_SHA512_MGF1SHA512,
+                _ => return Err(TpmError::Unsupported("RSA-OAEP hash")),
+            };
             let key = PublicEncryptingKey::from_der(spki)
                 .map_err(|_| TpmError::Malformed("EK RSA key"))?;
             let key =
                 OaepPublicEncryptingKey::new(key).map_err(|_| TpmError::Malformed("EK RSA key"))?;
             let mut out = vec![0; key.ciphertext_size()];
             let len = key
-                .encrypt(&OAEP_SHA256_MGF1SHA256, plaintext, &mut out, Some(label))
+                .encrypt(algorithm, plaintext, &mut out, Some(label))
                 .map_err(|_| TpmError::Malformed("RSA-OAEP"))?
                 .len();
             out.truncate(len);
             Ok(out)
+        }
+
+        fn ecdh_ephemeral(
+            &self,
+            curve: EccCurve,
+            x: &[u8],
+            y: &[u8],
+        ) -> Result<EcdhShare, TpmError> {
+            let algorithm = match curve {
+                EccCurve::P256 => &ECDH_P256,
+                EccCurve::P384 => &ECDH_P384,
+                _ => return Err(TpmError::Unsupported("EK curve")),
+            };
+            let width = curve.coordinate_len();
+            let private = EphemeralPrivateKey::generate(algorithm, &SystemRandom::new())
+                .map_err(|_| TpmError::Unsupported("randomness"))?;
+            let public = private
+                .compute_public_key()
+                .map_err(|_| TpmError::Unsupported("ECDH"))?;
+            // The uncompressed point 04 ‖ x ‖ y.
+            let (ephemeral_x, ephemeral_y) = match public.as_ref().split_first() {
+                Some((0x04, xy)) if xy.len() == 2 * width => xy.split_at(width),
+                _ => return Err(TpmError::Unsupported("ECDH public point")),
+            };
+            let mut peer = Vec::with_capacity(1 + 2 * width);
+            peer.push(0x04);
+            peer.extend_from_slice(x);
+            peer.extend_from_slice(y);
+            // aws-lc checks that the EK's point is on the curve.
+            let z = agree_ephemeral(
+                private,
+                UnparsedPublicKey::new(algorithm, &peer),
+                TpmError::Malformed("the EK's point is not on its curve"),
+                |z| Ok(z.to_vec()),
+            )?;
+            Ok(EcdhShare {
+                z,
+                x: ephemeral_x.to_vec(),
+                y: ephemeral_y.to_vec(),
+            })
         }
 
         fn aes_cfb_encrypt(&self, key: &[u8], data: &mut [u8]) -> Result<(), TpmError> {
@@ -284,17 +342,15 @@ pub mod native {
         Public::parse(public)
     }
 
-    /// MakeCredential of `secret` for the EK `ek_public` (TPMT_PUBLIC) and the object named
-    /// `ak_name`, with a fresh random seed.
+    /// MakeCredential of `secret` for the EK `ek_public` (TPMT_PUBLIC, RSA or ECC) and the
+    /// object named `ak_name`, with a fresh random seed (RSA) or ephemeral key (ECC).
     pub fn make_credential(
         ek_public: &[u8],
         ak_name: &[u8],
         secret: &[u8],
     ) -> Result<Credential, TpmError> {
         let ek = Public::parse(ek_public)?;
-        let mut seed = [0u8; 32];
-        aws_lc_rs::rand::fill(&mut seed).map_err(|_| TpmError::Unsupported("randomness"))?;
-        gatehouse_tpm::make_credential(&AwsLcCredential, &ek, ak_name, secret, &seed)
+        gatehouse_tpm::make_credential(&AwsLcCredential, &ek, ak_name, secret)
     }
 
     /// Why [`verify_ek`] refused.

@@ -359,6 +359,12 @@ struct JoinArgs {
     /// the attestor's ekRoots, sent with the EK certificate.
     #[arg(long, value_name = "FILE")]
     ek_chain: Option<PathBuf>,
+    /// With --attestor tpm: the endorsement key to prove, a TCG EK profile template: rsa2048,
+    /// ecc-p256, rsa3072 or ecc-p384. `auto` takes the first of those, in that order, whose
+    /// EK certificate the TPM holds in NV. ecc-p256 is much faster than rsa2048 on a discrete
+    /// TPM; the EK proven is the machine's identity, so keep the choice across re-joins.
+    #[arg(long, value_name = "TEMPLATE", default_value = "auto", value_parser = parse_ek)]
+    ek: String,
     /// The role to join as.
     #[arg(long, default_value = "node", value_parser = parse_role)]
     role: Role,
@@ -380,6 +386,13 @@ struct JoinArgs {
 
 fn parse_provider(s: &str) -> Result<Provider, String> {
     Provider::parse(s).ok_or_else(|| format!("{s} is not aws, gcp, azure or oidc"))
+}
+
+/// `--ek`: checked where the TPM code is built in; a build without it refuses every tpm join.
+fn parse_ek(s: &str) -> Result<String, String> {
+    #[cfg(feature = "tpm")]
+    s.parse::<gatehouse_agent::tpm::EkSelection>()?;
+    Ok(s.to_owned())
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
@@ -673,12 +686,18 @@ async fn tpm_join(
     client: &JoinClient,
     trust: &JoinTrust,
     tpm: Tpm,
+    ek: &str,
     ek_chain: Vec<Vec<u8>>,
     options: &JoinOptions,
 ) -> Result<(NodeKey, Joined), Failure> {
-    use gatehouse_agent::tpm::{TpmNodeKey, TpmProducer};
+    use gatehouse_agent::tpm::{EkSelection, TpmNodeKey, TpmProducer};
+    let ek: EkSelection = ek.parse().map_err(|e: String| usage(anyhow::anyhow!(e)))?;
+    // The node key is made in the TPM; if it cannot be, the join stops rather than fall back
+    // to a file.
     let node_key = TpmNodeKey::generate(&tpm).map_err(|e| Failure::Join(e.into()))?;
-    let mut producer = TpmProducer::new(tpm, Some(node_key.clone())).with_ek_chain(ek_chain);
+    let mut producer = TpmProducer::new(tpm, Some(node_key.clone()))
+        .with_ek_chain(ek_chain)
+        .with_ek(ek);
     let key = NodeKey::Tpm(node_key);
     let joined = join(client, trust, &mut producer, None, &key, options)
         .await
@@ -692,6 +711,7 @@ async fn tpm_join(
     _client: &JoinClient,
     _trust: &JoinTrust,
     tpm: Tpm,
+    _ek: &str,
     _ek_chain: Vec<Vec<u8>>,
     _options: &JoinOptions,
 ) -> Result<(NodeKey, Joined), Failure> {
@@ -780,7 +800,9 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     let is_tpm = matches!(credential, Credential::Tpm);
     let tpm = node_key_tpm(args.tpm.as_deref(), is_tpm)?;
     let (key, joined) = match (credential, tpm) {
-        (Credential::Tpm, Some(tpm)) => tpm_join(&client, &trust, tpm, ek_chain, &options).await?,
+        (Credential::Tpm, Some(tpm)) => {
+            tpm_join(&client, &trust, tpm, &args.ek, ek_chain, &options).await?
+        }
         (Credential::Tpm, None) => {
             return Err(usage(anyhow::anyhow!("--attestor tpm needs a TPM")));
         }

@@ -9,8 +9,9 @@
 //! - [`verify_quote`], [`verify_certify`], [`check_ak`]: the checks the tpm attestor and
 //!   renewal make, with signature verification behind the small [`Verifier`] trait so the
 //!   host plugs in aws-lc-rs and a wasm build RustCrypto (feature `rustcrypto`);
-//! - [`make_credential`]: TPM2_MakeCredential done in software (Part 1 §24), with the RSA-OAEP
-//!   and AES-CFB steps behind [`CredentialCrypto`].
+//! - [`make_credential`]: TPM2_MakeCredential done in software (Part 1 §24) for RSA and ECC
+//!   EKs of any EK-profile template, with the RSA-OAEP, ECDH and AES-CFB steps behind
+//!   [`CredentialCrypto`].
 //!
 //! The parsing is written by hand rather than with tss-esapi's marshalling types: tss-esapi
 //! links the C TSS (tss2-mu), which cannot be built into a wasm32-wasip2 component, and its
@@ -30,7 +31,7 @@ mod signature;
 mod verify;
 
 pub use attest::{Attest, Attested, ClockInfo, PcrSelection};
-pub use credential::{Credential, CredentialCrypto, kdfa, make_credential};
+pub use credential::{Credential, CredentialCrypto, EcdhShare, kdfa, kdfe, make_credential};
 pub use nv::{nv_certificate, nv_certificates};
 pub use public::{EccCurve, KeyParams, Public, PublicKey, SymDef};
 #[cfg(feature = "rustcrypto")]

@@ -100,6 +100,55 @@ pub fn ecc_ek_public(x: &[u8], y: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The attributes of the TCG high-range EK templates (H-1 to H-7): those of L-1 with
+/// userWithAuth set, so the EK's user role may be authorized with its (empty) auth value.
+pub const HIGH_RANGE_EK_ATTRIBUTES: u32 = EK_ATTRIBUTES | attr::USER_WITH_AUTH;
+
+/// The TCG EK profile's authPolicy B for SHA-384 (the high-range SHA-384 templates).
+pub const EK_POLICY_B_SHA384: [u8; 48] = [
+    0xb2, 0x6e, 0x7d, 0x28, 0xd1, 0x1a, 0x50, 0xbc, 0x53, 0xd8, 0x82, 0xbc, 0xf5, 0xfd, 0x3a, 0x1a,
+    0x07, 0x41, 0x48, 0xbb, 0x35, 0xd3, 0xb4, 0xe4, 0xcb, 0x1c, 0x0a, 0xd9, 0xbd, 0xe4, 0x19, 0xca,
+    0xcb, 0x47, 0xba, 0x09, 0x69, 0x96, 0x46, 0x15, 0x0f, 0x9f, 0xc0, 0x00, 0xf3, 0xf8, 0x0e, 0x12,
+];
+
+/// A TPMT_PUBLIC of an RSA-3072 EK as the TCG high-range template H-6 makes it (SHA-384,
+/// AES-256-CFB), with `modulus` (384 bytes) and exponent 65537 (encoded as 0).
+pub fn rsa3072_ek_public(modulus: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&alg::RSA.to_be_bytes());
+    out.extend_from_slice(&alg::SHA384.to_be_bytes());
+    out.extend_from_slice(&HIGH_RANGE_EK_ATTRIBUTES.to_be_bytes());
+    tpm2b(&mut out, &EK_POLICY_B_SHA384);
+    out.extend_from_slice(&alg::AES.to_be_bytes());
+    out.extend_from_slice(&256u16.to_be_bytes());
+    out.extend_from_slice(&alg::CFB.to_be_bytes());
+    out.extend_from_slice(&alg::NULL.to_be_bytes()); // scheme
+    let bits = u16::try_from(modulus.len() * 8).unwrap_or(u16::MAX);
+    out.extend_from_slice(&bits.to_be_bytes());
+    out.extend_from_slice(&0u32.to_be_bytes());
+    tpm2b(&mut out, modulus);
+    out
+}
+
+/// A TPMT_PUBLIC of a P-384 EK as the TCG high-range template H-3 makes it (SHA-384,
+/// AES-256-CFB, KDF and scheme NULL), with the point (`x`, `y`, 48 bytes each).
+pub fn ecc_p384_ek_public(x: &[u8], y: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&alg::ECC.to_be_bytes());
+    out.extend_from_slice(&alg::SHA384.to_be_bytes());
+    out.extend_from_slice(&HIGH_RANGE_EK_ATTRIBUTES.to_be_bytes());
+    tpm2b(&mut out, &EK_POLICY_B_SHA384);
+    out.extend_from_slice(&alg::AES.to_be_bytes());
+    out.extend_from_slice(&256u16.to_be_bytes());
+    out.extend_from_slice(&alg::CFB.to_be_bytes());
+    out.extend_from_slice(&alg::NULL.to_be_bytes()); // scheme
+    out.extend_from_slice(&0x0004u16.to_be_bytes()); // TPM_ECC_NIST_P384
+    out.extend_from_slice(&alg::NULL.to_be_bytes()); // kdf
+    tpm2b(&mut out, x);
+    tpm2b(&mut out, y);
+    out
+}
+
 /// The header of a TPMS_ATTEST of `kind` with `extra_data` (a fixed signer name and clock).
 fn attest_header(kind: u16, extra_data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();

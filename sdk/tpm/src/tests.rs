@@ -6,8 +6,8 @@ use p256::ecdsa::{Signature as P256Signature, SigningKey};
 use proptest::prelude::*;
 
 use super::marshal::{
-    AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public, ecdsa_sha256_signature,
-    quote_attest, rsa_ek_public,
+    AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_ek_public, ecc_p256_public,
+    ecc_p384_ek_public, ecdsa_sha256_signature, quote_attest, rsa_ek_public, rsa3072_ek_public,
 };
 use super::*;
 
@@ -363,60 +363,250 @@ fn kdfa_matches_its_definition() {
     mac.update(b"STORAGE\0name");
     mac.update(&[0, 0, 0, 0x80]);
     let block = mac.finalize().into_bytes();
-    assert_eq!(kdfa(b"seed", b"STORAGE", b"name", b"", 128), block[..16]);
+    let sha256 = HashAlg::Sha256;
+    assert_eq!(
+        kdfa(sha256, b"seed", b"STORAGE", b"name", b"", 128).unwrap(),
+        block[..16]
+    );
     // Two blocks for 320 bits; the second uses counter 2.
-    let long = kdfa(b"seed", b"INTEGRITY", b"", b"", 320);
+    let long = kdfa(sha256, b"seed", b"INTEGRITY", b"", b"", 320).unwrap();
     assert_eq!(long.len(), 40);
     assert_ne!(long[..32], long[32..]);
+    // SHA-384: one 48-byte block.
+    let mut mac = Hmac::<sha2::Sha384>::new_from_slice(b"seed").unwrap();
+    mac.update(&[0, 0, 0, 1]);
+    mac.update(b"INTEGRITY\0");
+    mac.update(&384u32.to_be_bytes());
+    assert_eq!(
+        kdfa(HashAlg::Sha384, b"seed", b"INTEGRITY", b"", b"", 384).unwrap(),
+        mac.finalize().into_bytes()[..]
+    );
+    assert!(kdfa(HashAlg::Sha1, b"seed", b"STORAGE", b"", b"", 128).is_err());
 }
 
-/// XOR "encryption" and an identity "OAEP", to check the blob's layout.
-struct Transparent;
+#[test]
+fn kdfe_matches_its_definition() {
+    // SHA-256(00000001 ‖ Z ‖ "IDENTITY" ‖ 00 ‖ U ‖ V), then counter 2 for more bits.
+    use sha2::Digest as _;
+    let first = sha2::Sha256::digest(b"\0\0\0\x01zIDENTITY\0uv");
+    let second = sha2::Sha256::digest(b"\0\0\0\x02zIDENTITY\0uv");
+    let out = kdfe(HashAlg::Sha256, b"z", b"IDENTITY", b"u", b"v", 384).unwrap();
+    assert_eq!(out[..32], first[..]);
+    assert_eq!(out[32..], second[..16]);
+    let sha384 = sha2::Sha384::digest(b"\0\0\0\x01zIDENTITY\0uv");
+    assert_eq!(
+        kdfe(HashAlg::Sha384, b"z", b"IDENTITY", b"u", b"v", 384).unwrap(),
+        sha384[..]
+    );
+}
+
+/// XOR "encryption", an identity "OAEP", a fixed "random" seed and a fixed ECDH share, to
+/// check the blob's layout. Every call is recorded so tests can see what was asked.
+#[derive(Default)]
+struct Transparent {
+    oaep: std::cell::RefCell<Vec<HashAlg>>,
+    aes_keys: std::cell::RefCell<Vec<usize>>,
+}
+
+const SEED_BYTE: u8 = 9;
 
 impl CredentialCrypto for Transparent {
-    fn rsa_oaep_sha256(
+    fn fill_random(&self, out: &mut [u8]) -> Result<(), TpmError> {
+        out.fill(SEED_BYTE);
+        Ok(())
+    }
+    fn rsa_oaep(
         &self,
+        hash: HashAlg,
         _: &[u8],
         plaintext: &[u8],
         label: &[u8],
     ) -> Result<Vec<u8>, TpmError> {
-        assert_eq!(label, b"IDENTITY\0");
+        if label != b"IDENTITY\0" {
+            return Err(TpmError::Malformed("label"));
+        }
+        self.oaep.borrow_mut().push(hash);
         Ok(plaintext.to_vec())
     }
+    fn ecdh_ephemeral(&self, curve: EccCurve, _: &[u8], _: &[u8]) -> Result<EcdhShare, TpmError> {
+        let width = curve.coordinate_len();
+        Ok(EcdhShare {
+            z: vec![0x22; width],
+            x: vec![0x33; width],
+            y: vec![0x44; width],
+        })
+    }
     fn aes_cfb_encrypt(&self, key: &[u8], data: &mut [u8]) -> Result<(), TpmError> {
-        assert_eq!(key.len(), 16);
+        self.aes_keys.borrow_mut().push(key.len());
         data.iter_mut().for_each(|b| *b ^= 0x5a);
         Ok(())
     }
 }
 
+/// Checks a blob made with [`Transparent`] from `seed`: its HMAC, and that it hides `secret`.
+fn check_blob(hash: HashAlg, seed: &[u8], ak_name: &[u8], blob: &[u8], secret: &[u8]) {
+    let size = hash.size();
+    assert_eq!(&blob[..2], &u16::try_from(size).unwrap().to_be_bytes());
+    let enc_identity = &blob[2 + size..];
+    let plain: Vec<u8> = enc_identity.iter().map(|b| b ^ 0x5a).collect();
+    let mut expected = u16::try_from(secret.len()).unwrap().to_be_bytes().to_vec();
+    expected.extend_from_slice(secret);
+    assert_eq!(plain, expected);
+    let hmac_key = kdfa(
+        hash,
+        seed,
+        b"INTEGRITY",
+        &[],
+        &[],
+        u32::try_from(size * 8).unwrap(),
+    )
+    .unwrap();
+    let mut message = enc_identity.to_vec();
+    message.extend_from_slice(ak_name);
+    use hmac::{Hmac, Mac as _};
+    let integrity = match hash {
+        HashAlg::Sha256 => {
+            let mut m = Hmac::<sha2::Sha256>::new_from_slice(&hmac_key).unwrap();
+            m.update(&message);
+            m.finalize().into_bytes().to_vec()
+        }
+        _ => {
+            let mut m = Hmac::<sha2::Sha384>::new_from_slice(&hmac_key).unwrap();
+            m.update(&message);
+            m.finalize().into_bytes().to_vec()
+        }
+    };
+    assert_eq!(&blob[2..2 + size], &integrity[..]);
+}
+
 #[test]
 fn make_credential_lays_out_the_blob() {
+    let crypto = Transparent::default();
     let ek = Public::parse(&rsa_ek_public(&[0xc1; 256])).unwrap();
     let ak_name = Public::parse(&public_of(&key(1), AK_ATTRIBUTES, true))
         .unwrap()
         .name;
-    let seed = [9u8; 32];
-    let credential = make_credential(&Transparent, &ek, &ak_name, b"secret", &seed).unwrap();
+    let credential = make_credential(&crypto, &ek, &ak_name, b"secret").unwrap();
+    let seed = [SEED_BYTE; 32];
     assert_eq!(credential.encrypted_secret, seed);
-    let blob = &credential.credential_blob;
-    assert_eq!(&blob[..2], &[0, 32]);
-    let enc_identity = &blob[34..];
-    let plain: Vec<u8> = enc_identity.iter().map(|b| b ^ 0x5a).collect();
-    assert_eq!(plain, [&[0u8, 6][..], b"secret"].concat());
-    use hmac::{Hmac, Mac as _};
-    let mut mac =
-        Hmac::<sha2::Sha256>::new_from_slice(&kdfa(&seed, b"INTEGRITY", &[], &[], 256)).unwrap();
-    mac.update(enc_identity);
-    mac.update(&ak_name);
-    assert_eq!(&blob[2..34], &mac.finalize().into_bytes()[..]);
+    assert_eq!(*crypto.oaep.borrow(), [HashAlg::Sha256]);
+    assert_eq!(*crypto.aes_keys.borrow(), [16]);
+    check_blob(
+        HashAlg::Sha256,
+        &seed,
+        &ak_name,
+        &credential.credential_blob,
+        b"secret",
+    );
 
     // Not an EK, a malformed name, an oversized secret.
     let ak = Public::parse(&public_of(&key(1), AK_ATTRIBUTES, true)).unwrap();
-    assert!(make_credential(&Transparent, &ak, &ak_name, b"s", &seed).is_err());
-    assert!(make_credential(&Transparent, &ek, &ak_name[..5], b"s", &seed).is_err());
-    assert!(make_credential(&Transparent, &ek, &ak_name, &[1; 33], &seed).is_err());
-    assert!(make_credential(&Transparent, &ek, &ak_name, b"", &seed).is_err());
+    assert!(make_credential(&crypto, &ak, &ak_name, b"s").is_err());
+    assert!(make_credential(&crypto, &ek, &ak_name[..5], b"s").is_err());
+    assert!(make_credential(&crypto, &ek, &ak_name, &[1; 33]).is_err());
+    assert!(make_credential(&crypto, &ek, &ak_name, b"").is_err());
+}
+
+#[test]
+fn make_credential_for_a_high_range_rsa_ek_uses_sha384_and_aes256() {
+    let crypto = Transparent::default();
+    let ek = Public::parse(&rsa3072_ek_public(&[0xc1; 384])).unwrap();
+    let ak_name = Public::parse(&public_of(&key(1), AK_ATTRIBUTES, true))
+        .unwrap()
+        .name;
+    // A secret up to the nameAlg's size.
+    let credential = make_credential(&crypto, &ek, &ak_name, &[7; 48]).unwrap();
+    let seed = [SEED_BYTE; 48];
+    assert_eq!(credential.encrypted_secret, seed);
+    assert_eq!(*crypto.oaep.borrow(), [HashAlg::Sha384]);
+    assert_eq!(*crypto.aes_keys.borrow(), [32]);
+    check_blob(
+        HashAlg::Sha384,
+        &seed,
+        &ak_name,
+        &credential.credential_blob,
+        &[7; 48],
+    );
+    assert!(make_credential(&crypto, &ek, &ak_name, &[7; 49]).is_err());
+}
+
+#[test]
+fn make_credential_for_an_ecc_ek_derives_the_seed_with_kdfe() {
+    let ak_name = Public::parse(&public_of(&key(1), AK_ATTRIBUTES, true))
+        .unwrap()
+        .name;
+    for (public, hash, width) in [
+        (ecc_ek_public(&[0x11; 32], &[0x12; 32]), HashAlg::Sha256, 32),
+        (
+            ecc_p384_ek_public(&[0x11; 48], &[0x12; 48]),
+            HashAlg::Sha384,
+            48,
+        ),
+    ] {
+        let crypto = Transparent::default();
+        let ek = Public::parse(&public).unwrap();
+        let credential = make_credential(&crypto, &ek, &ak_name, b"secret").unwrap();
+        // The encrypted secret is the ephemeral point, a TPMS_ECC_POINT.
+        let mut point = u16::try_from(width).unwrap().to_be_bytes().to_vec();
+        point.extend(vec![0x33; width]);
+        point.extend(u16::try_from(width).unwrap().to_be_bytes());
+        point.extend(vec![0x44; width]);
+        assert_eq!(credential.encrypted_secret, point);
+        assert!(crypto.oaep.borrow().is_empty(), "no RSA for an ECC EK");
+        let bits = u32::try_from(hash.size() * 8).unwrap();
+        let (z, ephemeral_x, ek_x) = ([0x22; 48], [0x33; 48], [0x11; 48]);
+        let seed = kdfe(
+            hash,
+            &z[..width],
+            b"IDENTITY",
+            &ephemeral_x[..width],
+            &ek_x[..width],
+            bits,
+        )
+        .unwrap();
+        check_blob(
+            hash,
+            &seed,
+            &ak_name,
+            &credential.credential_blob,
+            b"secret",
+        );
+    }
+}
+
+/// An ECDH that answers a share of the wrong width.
+struct ShortShare;
+
+impl CredentialCrypto for ShortShare {
+    fn fill_random(&self, out: &mut [u8]) -> Result<(), TpmError> {
+        out.fill(1);
+        Ok(())
+    }
+    fn rsa_oaep(&self, _: HashAlg, _: &[u8], p: &[u8], _: &[u8]) -> Result<Vec<u8>, TpmError> {
+        Ok(p.to_vec())
+    }
+    fn ecdh_ephemeral(&self, _: EccCurve, _: &[u8], _: &[u8]) -> Result<EcdhShare, TpmError> {
+        Ok(EcdhShare {
+            z: vec![1; 31],
+            x: vec![1; 32],
+            y: vec![1; 32],
+        })
+    }
+    fn aes_cfb_encrypt(&self, _: &[u8], _: &mut [u8]) -> Result<(), TpmError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn make_credential_refuses_a_malformed_ecdh_share() {
+    let ek = Public::parse(&ecc_ek_public(&[0x11; 32], &[0x12; 32])).unwrap();
+    let ak_name = Public::parse(&public_of(&key(1), AK_ATTRIBUTES, true))
+        .unwrap()
+        .name;
+    assert_eq!(
+        make_credential(&ShortShare, &ek, &ak_name, b"s"),
+        Err(TpmError::Malformed("ECDH share"))
+    );
 }
 
 /// Every entry point on arbitrary bytes: an error or a value, never a panic.
@@ -428,6 +618,10 @@ fn all_parsers(bytes: &[u8]) {
     let v = verifier();
     let _ = verify_quote(&v, bytes, bytes, bytes, &[], bytes);
     let _ = verify_certify(&v, bytes, bytes, bytes, bytes, bytes);
+    if let Ok(ek) = Public::parse(bytes) {
+        let _ = make_credential(&Transparent::default(), &ek, bytes, bytes);
+        let _ = make_credential(&Transparent::default(), &ek, &[0; 34], b"secret");
+    }
 }
 
 /// Valid structures to mutate.
@@ -443,6 +637,9 @@ fn valid_corpus() -> Vec<Vec<u8>> {
         attest,
         sig,
         certify_attest(&NONCE, &name),
+        ecc_ek_public(&[0x11; 32], &[0x12; 32]),
+        ecc_p384_ek_public(&[0x11; 48], &[0x12; 48]),
+        rsa3072_ek_public(&[0xc1; 384]),
     ]
 }
 
@@ -456,7 +653,7 @@ proptest! {
 
     #[test]
     fn mutated_structures_never_panic(
-        which in 0usize..6,
+        which in 0usize..9,
         edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
         cut in any::<usize>(),
     ) {

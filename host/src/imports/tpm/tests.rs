@@ -1,20 +1,22 @@
 //! The native TPM checks with aws-lc-rs: a real swtpm EK certificate chain, MakeCredential
 //! undone as TPM2_ActivateCredential would, and quotes/certifications signed by P-256 keys.
 
-use aws_lc_rs::cipher::{AES_128, DecryptingKey, DecryptionContext, UnboundCipherKey};
+use aws_lc_rs::agreement::{self, ECDH_P256, ECDH_P384};
+use aws_lc_rs::cipher::{AES_128, AES_256, DecryptingKey, DecryptionContext, UnboundCipherKey};
 use aws_lc_rs::encoding::AsDer as _;
 use aws_lc_rs::hmac;
 use aws_lc_rs::iv::FixedLength;
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::rsa::{
-    KeySize, OAEP_SHA256_MGF1SHA256, OaepPrivateDecryptingKey, PrivateDecryptingKey,
+    KeySize, OAEP_SHA256_MGF1SHA256, OAEP_SHA384_MGF1SHA384, OaepPrivateDecryptingKey,
+    PrivateDecryptingKey,
 };
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 use gatehouse_tpm::marshal::{
     AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_ek_public, ecc_p256_public,
-    ecdsa_sha256_signature, quote_attest, rsa_ek_public,
+    ecc_p384_ek_public, ecdsa_sha256_signature, quote_attest, rsa_ek_public, rsa3072_ek_public,
 };
-use gatehouse_tpm::{HashAlg, PcrValue, TpmError, kdfa};
+use gatehouse_tpm::{HashAlg, PcrValue, TpmError, kdfa, kdfe};
 
 use super::native::{self, AwsLcVerifier, EkError};
 
@@ -91,34 +93,76 @@ fn an_ek_certificate_from_another_ca_or_for_another_key_is_refused() {
     assert!(native::verify_ek(&swtpm_ek_public(), b"junk", &[], &[ROOT.to_vec()], AT).is_err());
 }
 
-/// TPM2_ActivateCredential in software, from the EK's private key (Part 1 §24).
-fn activate(
-    ek: &PrivateDecryptingKey,
-    ak_name: &[u8],
-    blob: &[u8],
-    encrypted: &[u8],
-) -> Option<Vec<u8>> {
-    let oaep = OaepPrivateDecryptingKey::new(ek.clone()).unwrap();
-    let mut seed = vec![0; oaep.min_output_size()];
-    let seed = oaep
-        .decrypt(
-            &OAEP_SHA256_MGF1SHA256,
-            encrypted,
-            &mut seed,
-            Some(b"IDENTITY\0"),
-        )
-        .unwrap()
-        .to_vec();
-    assert_eq!(seed.len(), 32);
-    let (size, rest) = blob.split_at(2);
-    assert_eq!(size, [0, 32]);
-    let (integrity, enc_identity) = rest.split_at(32);
-    let hmac_key = hmac::Key::new(hmac::HMAC_SHA256, &kdfa(&seed, b"INTEGRITY", &[], &[], 256));
+/// An EK's private key, for TPM2_ActivateCredential in software.
+enum EkPrivate<'a> {
+    /// RSA: the seed is OAEP-decrypted with the nameAlg `hash`.
+    Rsa(&'a PrivateDecryptingKey, HashAlg),
+    /// ECC: the seed is KDFe of ECDH with the ephemeral point; `x` is the EK's x.
+    Ecc(&'a agreement::PrivateKey, HashAlg, Vec<u8>),
+}
+
+/// TPM2_ActivateCredential in software, from the EK's private key (Part 1 §24): the seed
+/// recovered, the outer HMAC checked, the secret decrypted.
+fn activate(ek: &EkPrivate<'_>, ak_name: &[u8], blob: &[u8], encrypted: &[u8]) -> Option<Vec<u8>> {
+    let (seed, hash) = match ek {
+        EkPrivate::Rsa(key, hash) => {
+            let algorithm = match hash {
+                HashAlg::Sha256 => &OAEP_SHA256_MGF1SHA256,
+                _ => &OAEP_SHA384_MGF1SHA384,
+            };
+            let oaep = OaepPrivateDecryptingKey::new((*key).clone()).unwrap();
+            let mut seed = vec![0; oaep.min_output_size()];
+            let seed = oaep
+                .decrypt(algorithm, encrypted, &mut seed, Some(b"IDENTITY\0"))
+                .unwrap()
+                .to_vec();
+            (seed, *hash)
+        }
+        EkPrivate::Ecc(key, hash, ek_x) => {
+            // TPMS_ECC_POINT: TPM2B x ‖ TPM2B y.
+            let width = ek_x.len();
+            assert_eq!(encrypted.len(), 4 + 2 * width);
+            assert_eq!(
+                &encrypted[..2],
+                &u16::try_from(width).unwrap().to_be_bytes()
+            );
+            let x = &encrypted[2..2 + width];
+            let y = &encrypted[4 + width..];
+            let mut point = vec![4];
+            point.extend_from_slice(x);
+            point.extend_from_slice(y);
+            let algorithm = if width == 32 { &ECDH_P256 } else { &ECDH_P384 };
+            let z = agreement::agree(
+                key,
+                agreement::UnparsedPublicKey::new(algorithm, &point),
+                (),
+                |z| Ok(z.to_vec()),
+            )
+            .unwrap();
+            let bits = u32::try_from(hash.size() * 8).unwrap();
+            (kdfe(*hash, &z, b"IDENTITY", x, ek_x, bits).unwrap(), *hash)
+        }
+    };
+    assert_eq!(seed.len(), hash.size());
+    let size = hash.size();
+    let (blob_size, rest) = blob.split_at(2);
+    assert_eq!(blob_size, u16::try_from(size).unwrap().to_be_bytes());
+    let (integrity, enc_identity) = rest.split_at(size);
+    let bits = u32::try_from(size * 8).unwrap();
+    let hmac_key = kdfa(hash, &seed, b"INTEGRITY", &[], &[], bits).unwrap();
+    let hmac_key = match hash {
+        HashAlg::Sha256 => hmac::Key::new(hmac::HMAC_SHA256, &hmac_key),
+        _ => hmac::Key::new(hmac::HMAC_SHA384, &hmac_key),
+    };
     let mut message = enc_identity.to_vec();
     message.extend_from_slice(ak_name);
     hmac::verify(&hmac_key, &message, integrity).ok()?;
-    let sym = kdfa(&seed, b"STORAGE", ak_name, &[], 128);
-    let key = DecryptingKey::cfb128(UnboundCipherKey::new(&AES_128, &sym).unwrap()).unwrap();
+    let (cipher, key_bits) = match hash {
+        HashAlg::Sha256 => (&AES_128, 128),
+        _ => (&AES_256, 256),
+    };
+    let sym = kdfa(hash, &seed, b"STORAGE", ak_name, &[], key_bits).unwrap();
+    let key = DecryptingKey::cfb128(UnboundCipherKey::new(cipher, &sym).unwrap()).unwrap();
     let mut plain = enc_identity.to_vec();
     key.decrypt(
         &mut plain,
@@ -140,40 +184,104 @@ fn modulus_of(key: &PrivateDecryptingKey) -> Vec<u8> {
     m[m.iter().position(|b| *b != 0).unwrap()..].to_vec()
 }
 
-#[test]
-fn make_credential_activates_only_with_the_ek_and_the_ak_name() {
-    let ek = PrivateDecryptingKey::generate(KeySize::Rsa2048).unwrap();
-    let ek_public = rsa_ek_public(&modulus_of(&ek));
+/// Makes a credential for `ek_public`, checks that `ek` activates it and that another AK
+/// name does not; returns the encrypted secret's length.
+fn round_trip(ek: &EkPrivate<'_>, ek_public: &[u8]) -> usize {
     let ak_name = gatehouse_tpm::Public::parse(&ak().1).unwrap().name;
     let secret = [0x5e; 32];
-    let credential = native::make_credential(&ek_public, &ak_name, &secret).unwrap();
-    assert_eq!(credential.encrypted_secret.len(), 256);
+    let credential = native::make_credential(ek_public, &ak_name, &secret).unwrap();
     assert_eq!(
         activate(
-            &ek,
+            ek,
             &ak_name,
             &credential.credential_blob,
             &credential.encrypted_secret
         ),
         Some(secret.to_vec())
     );
-    // A fresh seed each time.
-    let again = native::make_credential(&ek_public, &ak_name, &secret).unwrap();
+    // A fresh seed (or ephemeral key) each time.
+    let again = native::make_credential(ek_public, &ak_name, &secret).unwrap();
     assert_ne!(again.encrypted_secret, credential.encrypted_secret);
     // Another AK name: the integrity check fails (ActivateCredential would refuse).
     let mut other_name = ak_name.clone();
     other_name[5] ^= 1;
     assert_eq!(
         activate(
-            &ek,
+            ek,
             &other_name,
             &credential.credential_blob,
             &credential.encrypted_secret
         ),
         None
     );
+    credential.encrypted_secret.len()
+}
+
+#[test]
+fn make_credential_activates_only_with_the_ek_and_the_ak_name() {
+    let ek = PrivateDecryptingKey::generate(KeySize::Rsa2048).unwrap();
+    let ek_public = rsa_ek_public(&modulus_of(&ek));
+    assert_eq!(
+        round_trip(&EkPrivate::Rsa(&ek, HashAlg::Sha256), &ek_public),
+        256
+    );
     // Not an EK.
-    assert!(native::make_credential(&ak().1, &ak_name, &secret).is_err());
+    let ak_name = gatehouse_tpm::Public::parse(&ak().1).unwrap().name;
+    assert!(native::make_credential(&ak().1, &ak_name, &[1; 32]).is_err());
+}
+
+#[test]
+fn make_credential_for_a_high_range_rsa3072_ek_uses_oaep_sha384() {
+    let ek = PrivateDecryptingKey::generate(KeySize::Rsa3072).unwrap();
+    let ek_public = rsa3072_ek_public(&modulus_of(&ek));
+    assert_eq!(
+        round_trip(&EkPrivate::Rsa(&ek, HashAlg::Sha384), &ek_public),
+        384
+    );
+}
+
+/// An ECC EK key pair and its public area (`p384`: template H-3, else L-2).
+fn ecc_ek(p384: bool) -> (agreement::PrivateKey, Vec<u8>, Vec<u8>) {
+    let (algorithm, width) = if p384 {
+        (&ECDH_P384, 48)
+    } else {
+        (&ECDH_P256, 32)
+    };
+    let key = agreement::PrivateKey::generate(algorithm).unwrap();
+    let point = key.compute_public_key().unwrap().as_ref().to_vec();
+    let (x, y) = point[1..].split_at(width);
+    let public = if p384 {
+        ecc_p384_ek_public(x, y)
+    } else {
+        ecc_ek_public(x, y)
+    };
+    (key, public, x.to_vec())
+}
+
+#[test]
+fn make_credential_for_ecc_eks_uses_ecdh_and_kdfe() {
+    let (key, public, x) = ecc_ek(false);
+    assert_eq!(
+        round_trip(&EkPrivate::Ecc(&key, HashAlg::Sha256, x), &public),
+        4 + 64
+    );
+    let (key, public, x) = ecc_ek(true);
+    assert_eq!(
+        round_trip(&EkPrivate::Ecc(&key, HashAlg::Sha384, x), &public),
+        4 + 96
+    );
+}
+
+#[test]
+fn make_credential_refuses_an_ecc_ek_whose_point_is_not_on_its_curve() {
+    let ak_name = gatehouse_tpm::Public::parse(&ak().1).unwrap().name;
+    let (_, _, x) = ecc_ek(false);
+    // The point (x, x) is (with overwhelming probability) not on P-256.
+    let off_curve = ecc_ek_public(&x, &x);
+    assert_eq!(
+        native::make_credential(&off_curve, &ak_name, &[1; 32]),
+        Err(TpmError::Malformed("the EK's point is not on its curve"))
+    );
 }
 
 /// A P-256 AK (its key pair and public area).
@@ -282,7 +390,7 @@ mod fuzz {
 
         #[test]
         fn mutated_valid_structures_never_panic(
-            which in 0usize..4,
+            which in 0usize..6,
             edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
         ) {
             let (pair, ak_public) = ak();
@@ -291,6 +399,8 @@ mod fuzz {
                 0 => ak_public.clone(),
                 1 => swtpm_ek_public(),
                 2 => EK_CERT.to_vec(),
+                3 => ecc_ek(false).1,
+                4 => ecc_ek(true).1,
                 _ => sign(&pair, &quote),
             };
             for (at, value) in edits {
@@ -366,6 +476,10 @@ fn real_vendor_ek_certificates_verify_against_the_published_bundle() {
         let ek = ek_public_of(cert);
         native::verify_ek(&ek, cert, &[], &roots, REAL_AT)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The vendor's key (RSA, or a P-256 point for ECDH) takes a MakeCredential challenge.
+        let ak_name = gatehouse_tpm::Public::parse(&ak().1).unwrap().name;
+        native::make_credential(&ek, &ak_name, &[1; 32])
+            .unwrap_or_else(|e| panic!("{name}: MakeCredential: {e}"));
         // One byte of the signature changed.
         let der_len = gatehouse_tpm::nv_certificate(cert).unwrap().len();
         let mut tampered = cert.to_vec();

@@ -1,9 +1,10 @@
 //! The machine's TPM 2.0, through tss-esapi: the endorsement key (EK) and its certificate, the
 //! attestation key (AK), the two rounds of a tpm join, and node keys that never leave the TPM.
 //!
-//! Nothing is persisted in the TPM. The EK is the default RSA-2048 EK (TCG EK profile template
-//! L-1) and the AK a restricted P-256 ECDSA-SHA256 signing key, both primaries of the
-//! endorsement hierarchy: the same TPM derives the same keys from the same templates at every
+//! Nothing is persisted in the TPM. The EK is one of the TCG EK profile's templates
+//! ([`EkTemplate`]: RSA-2048 or ECC P-256 in the low range, RSA-3072 or ECC P-384 in the high
+//! range, chosen by `--ek` or by which certificate the TPM holds) and the AK a restricted P-256
+//! ECDSA-SHA256 signing key, both primaries of the endorsement hierarchy: the same TPM derives the same keys from the same templates at every
 //! use, until its endorsement seed changes (another TPM). A node key is a primary of the owner
 //! hierarchy derived from a 32-byte unique kept in `node.key` ([`TpmNodeKey`]); a TPM2_Clear
 //! changes the owner seed, so the same unique then derives another key.
@@ -13,6 +14,7 @@
 //! and flushes them before it returns, so that a TPM without a resource manager (swtpm over
 //! TCP, three transient object slots) never runs out of slots.
 
+mod endorsement;
 pub mod helper;
 mod key;
 mod producer;
@@ -29,14 +31,13 @@ use gatehouse_proto::tpm::{
     PcrValue, TPM_EVIDENCE_VERSION, TpmAnswer, TpmCertifiedKey, TpmEnrollment, TpmKeyAttestation,
     TpmQuote,
 };
-use tss_esapi::abstraction::{AsymmetricAlgorithmSelection, ek};
+use tss_esapi::abstraction::ek;
 use tss_esapi::attributes::ObjectAttributesBuilder;
 use tss_esapi::constants::SessionType;
 use tss_esapi::constants::tss::{TPM2_RH_NULL, TPM2_ST_HASHCHECK};
 use tss_esapi::handles::{AuthHandle, KeyHandle, ObjectHandle, SessionHandle};
 use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
 use tss_esapi::interface_types::ecc::EccCurve;
-use tss_esapi::interface_types::key_bits::RsaKeyBits;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::{AuthSession, PolicySession};
 use tss_esapi::structures::{
@@ -49,13 +50,11 @@ use tss_esapi::traits::Marshall as _;
 use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
 use tss_esapi::{Context, TctiNameConf};
 
+pub use endorsement::{EkSelection, EkTemplate};
 pub use key::{NODE_KEY_PEM_LABEL, TpmNodeKey, is_record, parse_record};
 pub use producer::{TPM, TpmProducer};
 
 pub use crate::tpm_build::DEFAULT_TCTI;
-
-/// The NV index of the RSA-2048 EK certificate (TCG EK credential profile).
-pub const RSA_EK_CERT_NV_INDEX: u32 = 0x01c0_0002;
 
 /// The NV indices of the EK certificate's chain (TCG EK credential profile 2.x): TPMs whose
 /// manufacturer CA is on the die (Intel PTT, AMD fTPM) keep their per-device intermediates
@@ -91,6 +90,11 @@ pub enum TpmError {
     /// The TPM's thread is gone (it panicked or the TPM was closed).
     #[error("the TPM connection is closed")]
     Closed,
+    /// `--ek auto` found no EK certificate at any template's NV index.
+    #[error(
+        "no EK certificate in NV at 0x01c00002 (rsa2048), 0x01c0000a (ecc-p256), 0x01c0001c (rsa3072) or 0x01c00016 (ecc-p384): the TPM was not provisioned with one"
+    )]
+    NoEkCertificate,
     /// The TPM returned something this agent cannot use (e.g. a non-P-256 point).
     #[error("the TPM returned an unusable {0}")]
     Unexpected(&'static str),
@@ -228,32 +232,66 @@ impl Tpm {
         rx.recv().map_err(|_| TpmError::Closed)?
     }
 
-    /// Round 1: the EK's public area and certificate (NV index [`RSA_EK_CERT_NV_INDEX`]) and
-    /// the AK's public area.
+    /// Round 1 with the EK `--ek auto` chooses: see [`Tpm::enrollment_with`].
     pub fn enrollment(&self) -> Result<TpmEnrollment, TpmError> {
-        self.run(|ctx| {
-            let ek = create_ek(ctx)?;
-            let ek_public = read_public(ctx, ek);
-            flush(ctx, ek);
+        self.enrollment_with(EkSelection::Auto).map(|(e, _)| e)
+    }
+
+    /// Round 1: the public area and certificate (from its template's NV index) of the EK
+    /// `ek` selects, its chain certificates from NV, and the AK's public area; with the
+    /// template used, which round 2 must use too.
+    pub fn enrollment_with(
+        &self,
+        ek: EkSelection,
+    ) -> Result<(TpmEnrollment, EkTemplate), TpmError> {
+        self.run(move |ctx| {
+            let indices = nv_indices(ctx);
+            let template = ek
+                .resolve(|i| indices.contains(&i))
+                .ok_or(TpmError::NoEkCertificate)?;
+            let handle = create_ek(ctx, template)?;
+            let ek_public = read_public(ctx, handle);
+            flush(ctx, handle);
             let ek_public = ek_public?;
-            let nv = ek::retrieve_ek_pubcert(
-                ctx,
-                AsymmetricAlgorithmSelection::Rsa(RsaKeyBits::Rsa2048),
-            )
-            .map_err(cmd("reading the EK certificate from NV"))?;
+            let nv = ek::retrieve_ek_pubcert(ctx, template.selection())
+                .map_err(cmd("reading the EK certificate from NV"))?;
             // The index is sized for the largest certificate: real TPMs fill the rest (0xFF).
             let ek_certificate =
                 gatehouse_tpm::nv_certificate(&nv).map_or(nv.clone(), <[u8]>::to_vec);
-            let ek_chain = ek_chain(ctx);
+            let ek_chain = ek_chain(ctx, &indices);
             let (ak, ak_public) = create_ak(ctx)?;
             flush(ctx, ak);
-            Ok(TpmEnrollment {
+            let enrollment = TpmEnrollment {
                 v: TPM_EVIDENCE_VERSION,
                 ek_public: marshal_public(&ek_public)?,
                 ek_certificate,
                 ek_chain,
                 ak_public: marshal_public(&ak_public)?,
-            })
+            };
+            Ok((enrollment, template))
+        })
+    }
+
+    /// The public area (TPMT_PUBLIC) of the EK of `template`, whether or not the TPM holds a
+    /// certificate for it.
+    pub fn ek_public(&self, template: EkTemplate) -> Result<Vec<u8>, TpmError> {
+        self.run(move |ctx| {
+            let handle = create_ek(ctx, template)?;
+            let public = read_public(ctx, handle);
+            flush(ctx, handle);
+            marshal_public(&public?)
+        })
+    }
+
+    /// The template `ek` selects on this TPM.
+    pub fn resolve_ek(&self, ek: EkSelection) -> Result<EkTemplate, TpmError> {
+        if let EkSelection::Template(t) = ek {
+            return Ok(t);
+        }
+        self.run(move |ctx| {
+            let indices = nv_indices(ctx);
+            ek.resolve(|i| indices.contains(&i))
+                .ok_or(TpmError::NoEkCertificate)
         })
     }
 
@@ -269,11 +307,13 @@ impl Tpm {
         })
     }
 
-    /// Round 2: activates the credential (EK policy session: PolicySecret with the endorsement
-    /// hierarchy), quotes `pcrs` (SHA-256 bank) over `sha256(secret ‖ sha256(csr))` and reads
-    /// the quoted PCRs; with `node_key`, the AK certifies it over `sha256(csr)`.
+    /// Round 2: activates the credential with the EK of template `ek` (the one round 1 sent),
+    /// quotes `pcrs` (SHA-256 bank) over `sha256(secret ‖ sha256(csr))` and reads the quoted
+    /// PCRs; with `node_key`, the AK certifies it over `sha256(csr)`.
+    #[allow(clippy::too_many_arguments)]
     pub fn answer(
         &self,
+        ek: EkTemplate,
         credential_blob: Vec<u8>,
         encrypted_secret: Vec<u8>,
         state: Vec<u8>,
@@ -286,17 +326,17 @@ impl Tpm {
                 .map_err(|_| TpmError::Challenge("credential blob too large".into()))?;
             let secret = EncryptedSecret::try_from(encrypted_secret)
                 .map_err(|_| TpmError::Challenge("encrypted secret too large".into()))?;
-            let ek = create_ek(ctx)?;
+            let ek_handle = create_ek(ctx, ek)?;
             let ak = match create_ak(ctx) {
                 Ok((ak, _)) => ak,
                 Err(e) => {
-                    flush(ctx, ek);
+                    flush(ctx, ek_handle);
                     return Err(e);
                 }
             };
-            let activated = activate(ctx, ak, ek, blob, secret);
+            let activated = activate(ctx, ak, ek_handle, ek, blob, secret);
             // Three transient slots: free the EK before the node key is loaded.
-            flush(ctx, ek);
+            flush(ctx, ek_handle);
             let result = (|| {
                 let activated = activated?;
                 let nonce = sha256(&gatehouse_proto::tpm::quote_nonce_input(
@@ -452,6 +492,60 @@ impl Tpm {
     }
 }
 
+#[cfg(any(test, feature = "swtpm"))]
+impl Tpm {
+    /// Defines the NV index `index` in the platform hierarchy (empty platform auth, as a
+    /// TPM has before firmware sets one) and writes `data` to it, with the attributes the TCG
+    /// EK profile gives an EK certificate index: what a manufacturer does when it provisions
+    /// a certificate swtpm_setup does not make (e.g. for the low-range ECC P-256 EK).
+    pub fn provision_nv(&self, index: u32, data: Vec<u8>) -> Result<(), TpmError> {
+        use tss_esapi::attributes::NvIndexAttributesBuilder;
+        use tss_esapi::handles::NvIndexTpmHandle;
+        use tss_esapi::interface_types::resource_handles::{NvAuth, Provision};
+        use tss_esapi::structures::{MaxNvBuffer, NvPublicBuilder};
+
+        self.run(move |ctx| {
+            let attributes = NvIndexAttributesBuilder::new()
+                .with_pp_write(true)
+                .with_write_define(true)
+                .with_pp_read(true)
+                .with_owner_read(true)
+                .with_auth_read(true)
+                .with_no_da(true)
+                .with_platform_create(true)
+                .build()
+                .map_err(cmd("building the NV attributes"))?;
+            let size =
+                u16::try_from(data.len()).map_err(|_| TpmError::Unexpected("NV data size"))?;
+            let public = NvPublicBuilder::new()
+                .with_nv_index(NvIndexTpmHandle::new(index).map_err(cmd("the NV index"))?)
+                .with_index_name_algorithm(HashingAlgorithm::Sha256)
+                .with_index_attributes(attributes)
+                .with_data_area_size(usize::from(size))
+                .build()
+                .map_err(cmd("building the NV public area"))?;
+            let handle = ctx
+                .execute_with_nullauth_session(|c| {
+                    c.nv_define_space(Provision::Platform, None, public)
+                })
+                .map_err(cmd("TPM2_NV_DefineSpace"))?;
+            for (i, chunk) in data.chunks(512).enumerate() {
+                let offset =
+                    u16::try_from(i * 512).map_err(|_| TpmError::Unexpected("NV offset"))?;
+                let chunk = MaxNvBuffer::try_from(chunk.to_vec()).map_err(cmd("an NV chunk"))?;
+                ctx.execute_with_nullauth_session(|c| {
+                    c.nv_write(NvAuth::Platform, handle, chunk, offset)
+                })
+                .map_err(cmd("TPM2_NV_Write"))?;
+            }
+            // The handle was loaded into ESYS's tables; close it, the index stays.
+            let mut object = ObjectHandle::from(handle);
+            ctx.tr_close(&mut object)
+                .map_err(cmd("closing the NV handle"))
+        })
+    }
+}
+
 /// A key the AK certifies that a verifier must refuse (for tests of its checks).
 #[cfg(any(test, feature = "swtpm"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -554,21 +648,31 @@ fn flush(ctx: &mut Context, key: KeyHandle) {
     }
 }
 
-/// The EK's chain certificates from [`EK_CHAIN_NV_INDICES`], in index order, each cut at its
-/// DER length; at most [`MAX_EK_CHAIN`]. Best effort: a TPM without them (most discrete TPMs,
-/// swtpm) or an index that cannot be read or holds something else gives fewer or none, and
-/// the host decides with the configured roots alone.
-fn ek_chain(ctx: &mut Context) -> Vec<Vec<u8>> {
+/// The NV indices the TPM has defined; none when they cannot be listed (then `--ek auto`
+/// finds no certificate and says so).
+fn nv_indices(ctx: &mut Context) -> Vec<u32> {
+    use tss_esapi::abstraction::nv;
+    ctx.execute_without_session(nv::list)
+        .map(|list| {
+            list.iter()
+                .map(|(public, _)| u32::from(public.nv_index()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The EK's chain certificates from [`EK_CHAIN_NV_INDICES`] (of the defined `indices`), in
+/// index order, each cut at its DER length; at most [`MAX_EK_CHAIN`]. Best effort: a TPM
+/// without them (most discrete TPMs, swtpm) or an index that cannot be read or holds
+/// something else gives fewer or none, and the host decides with the configured roots alone.
+fn ek_chain(ctx: &mut Context, indices: &[u32]) -> Vec<Vec<u8>> {
     use tss_esapi::abstraction::nv;
     use tss_esapi::handles::{NvIndexTpmHandle, TpmHandle};
     use tss_esapi::interface_types::resource_handles::NvAuth;
 
-    let Ok(indices) = ctx.execute_without_session(nv::list) else {
-        return Vec::new();
-    };
     let mut handles: Vec<u32> = indices
         .iter()
-        .map(|(public, _)| u32::from(public.nv_index()))
+        .copied()
         .filter(|index| EK_CHAIN_NV_INDICES.contains(index))
         .collect();
     handles.sort_unstable();
@@ -599,13 +703,9 @@ fn ek_chain(ctx: &mut Context) -> Vec<Vec<u8>> {
     chain
 }
 
-fn create_ek(ctx: &mut Context) -> Result<KeyHandle, TpmError> {
-    ek::create_ek_object_2(
-        ctx,
-        AsymmetricAlgorithmSelection::Rsa(RsaKeyBits::Rsa2048),
-        None,
-    )
-    .map_err(cmd("deriving the EK"))
+/// Derives the EK of `template` (tss-esapi's templates are the TCG EK profile's).
+fn create_ek(ctx: &mut Context, template: EkTemplate) -> Result<KeyHandle, TpmError> {
+    ek::create_ek_object_2(ctx, template.selection(), None).map_err(cmd("deriving the EK"))
 }
 
 /// The AK template: a restricted P-256 ECDSA-SHA256 signing key made in the TPM.
@@ -692,15 +792,29 @@ fn create_node_key(ctx: &mut Context, unique: &[u8; 32]) -> Result<(KeyHandle, P
     Ok((created.key_handle, created.out_public))
 }
 
-/// TPM2_ActivateCredential: the AK (password session) and the EK (a policy session satisfying
-/// the EK's policy, PolicySecret with the endorsement hierarchy).
+/// TPM2_ActivateCredential: the AK (password session) and the EK of `template`: a
+/// high-range EK (userWithAuth) with its empty auth value, a low-range one with a policy
+/// session satisfying its policy, PolicySecret with the endorsement hierarchy.
 fn activate(
     ctx: &mut Context,
     ak: KeyHandle,
     ek: KeyHandle,
+    template: EkTemplate,
     blob: IdObject,
     secret: EncryptedSecret,
 ) -> Result<Digest, TpmError> {
+    if template.user_with_auth() {
+        return ctx
+            .execute_with_sessions(
+                (
+                    Some(AuthSession::Password),
+                    Some(AuthSession::Password),
+                    None,
+                ),
+                |c| c.activate_credential(ak, ek, blob, secret),
+            )
+            .map_err(cmd("TPM2_ActivateCredential"));
+    }
     let session = ctx
         .start_auth_session(
             None,

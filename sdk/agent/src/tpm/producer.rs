@@ -4,7 +4,7 @@
 use gatehouse_proto::tpm::{TpmChallenge, TpmEvidence};
 use gatehouse_proto::{Challenge, Role};
 
-use super::{Tpm, TpmNodeKey};
+use super::{EkSelection, EkTemplate, Tpm, TpmNodeKey};
 use crate::producer::{EvidenceProducer, ProducerError};
 use crate::verify::sha256;
 
@@ -21,6 +21,9 @@ pub struct TpmProducer {
     node_key: Option<TpmNodeKey>,
     pcrs: Vec<u8>,
     ek_chain: Vec<Vec<u8>>,
+    ek: EkSelection,
+    /// The EK template round 1 sent, which round 2 activates with.
+    ek_used: Option<EkTemplate>,
     role: Role,
 }
 
@@ -33,6 +36,8 @@ impl TpmProducer {
             node_key,
             pcrs: DEFAULT_PCRS.to_vec(),
             ek_chain: Vec::new(),
+            ek: EkSelection::Auto,
+            ek_used: None,
             role: Role::Node,
         }
     }
@@ -41,6 +46,12 @@ impl TpmProducer {
     /// (a manufacturer's intermediate the attestor's `ekRoots` may not hold).
     pub fn with_ek_chain(mut self, chain: Vec<Vec<u8>>) -> Self {
         self.ek_chain = chain;
+        self
+    }
+
+    /// Proves the EK `ek` selects (default: [`EkSelection::Auto`]).
+    pub fn with_ek(mut self, ek: EkSelection) -> Self {
+        self.ek = ek;
         self
     }
 
@@ -65,17 +76,26 @@ impl EvidenceProducer for TpmProducer {
     }
 
     fn evidence(&mut self, _csr_der: &[u8]) -> Result<Vec<u8>, ProducerError> {
-        let mut enrollment = self.tpm.enrollment().map_err(Self::failed)?;
-        enrollment.ek_chain.clone_from(&self.ek_chain);
+        let (mut enrollment, template) = self.tpm.enrollment_with(self.ek).map_err(Self::failed)?;
+        self.ek_used = Some(template);
+        // Chain certificates given on the command line replace those read from NV.
+        if !self.ek_chain.is_empty() {
+            enrollment.ek_chain.clone_from(&self.ek_chain);
+        }
         serde_json::to_vec(&TpmEvidence::Enroll(enrollment)).map_err(Self::failed)
     }
 
     fn answer(&mut self, challenge: &Challenge, csr_der: &[u8]) -> Result<Vec<u8>, ProducerError> {
         let c: TpmChallenge = serde_json::from_slice(&challenge.payload)
             .map_err(|e| Self::failed(format!("the challenge is not a tpm challenge: {e}")))?;
+        let template = match self.ek_used {
+            Some(t) => t,
+            None => self.tpm.resolve_ek(self.ek).map_err(Self::failed)?,
+        };
         let answer = self
             .tpm
             .answer(
+                template,
                 c.credential_blob,
                 c.encrypted_secret,
                 c.state,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::Tpm;
+use super::{EkTemplate, Tpm};
 
 /// A local EK-issuing CA (root and intermediate) made by `swtpm_localca`.
 #[derive(Debug)]
@@ -72,6 +72,56 @@ impl LocalCa {
     }
 }
 
+impl LocalCa {
+    /// An EK certificate from this CA for the ECC point (`x`, `y`) on `curve` (`secp256r1`
+    /// or `secp384r1`), as `swtpm_setup` has `swtpm_localca` make one. The CA must exist
+    /// (a TPM was manufactured with it).
+    pub fn issue_ecc_ek_certificate(
+        &self,
+        x: &[u8],
+        y: &[u8],
+        curve: &str,
+    ) -> std::io::Result<Vec<u8>> {
+        let hex = |b: &[u8]| b.iter().map(|v| format!("{v:02x}")).collect::<String>();
+        let out_dir = tempfile::tempdir()?;
+        let out = Command::new("swtpm_localca")
+            .arg("--type")
+            .arg("ek")
+            .arg("--ek")
+            .arg(format!("x={},y={},id={curve}", hex(x), hex(y)))
+            .arg("--dir")
+            .arg(out_dir.path())
+            .args(["--tpm-spec-family", "2.0", "--tpm-spec-level", "0"])
+            .args([
+                "--tpm-spec-revision",
+                "164",
+                "--tpm-manufacturer",
+                "id:00001014",
+            ])
+            .args([
+                "--tpm-model",
+                "swtpm",
+                "--tpm-version",
+                "id:20191023",
+                "--tpm2",
+            ])
+            .arg("--configfile")
+            .arg(self.dir.path().join("swtpm-localca.conf"))
+            .arg("--optsfile")
+            .arg(self.dir.path().join("swtpm-localca.options"))
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "swtpm_localca failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        std::fs::read(out_dir.path().join("ek.cert"))
+    }
+}
+
 /// The DER of the first certificate in a PEM text.
 fn pem_to_der(pem: &str) -> std::io::Result<Vec<u8>> {
     use rustls::pki_types::CertificateDer;
@@ -95,6 +145,13 @@ impl Swtpm {
     /// Manufactures a new TPM (a new endorsement seed, so a new EK) with an EK certificate
     /// from `ca`, and serves it.
     pub fn start(ca: &LocalCa) -> std::io::Result<Self> {
+        Self::start_with_rsa_bits(ca, 2048)
+    }
+
+    /// Like [`Swtpm::start`], with an RSA EK of `rsa_bits` (2048: template L-1 at 0x01c00002;
+    /// 3072: the high-range template H-6 at 0x01c0001c). swtpm_setup also makes an ECC P-384
+    /// EK (template H-3) and its certificate at 0x01c00016 either way.
+    pub fn start_with_rsa_bits(ca: &LocalCa, rsa_bits: u16) -> std::io::Result<Self> {
         let dir = tempfile::tempdir()?;
         let state = dir.path().join("state");
         std::fs::create_dir(&state)?;
@@ -103,6 +160,8 @@ impl Swtpm {
             .arg("--tpmstate")
             .arg(&state)
             .arg("--create-ek-cert")
+            .arg("--rsa-keysize")
+            .arg(rsa_bits.to_string())
             .arg("--config")
             .arg(ca.setup_conf())
             .arg("--overwrite")
@@ -176,6 +235,22 @@ impl Swtpm {
     /// Opens a connection to this TPM.
     pub fn open(&self) -> Result<Tpm, super::TpmError> {
         Tpm::open(&self.tcti())
+    }
+
+    /// Provisions an EK certificate from `ca` for this TPM's low-range ECC P-256 EK (template
+    /// L-2) at its NV index 0x01c0000a, as a manufacturer does: swtpm_setup makes none.
+    pub fn provision_ecc_p256_ek(&self, ca: &LocalCa) -> std::io::Result<()> {
+        let tpm = self.open().map_err(std::io::Error::other)?;
+        let public = tpm
+            .ek_public(EkTemplate::EccP256)
+            .map_err(std::io::Error::other)?;
+        let parsed = gatehouse_tpm::Public::parse(&public).map_err(std::io::Error::other)?;
+        let gatehouse_tpm::PublicKey::Ecc { x, y, .. } = parsed.key else {
+            return Err(std::io::Error::other("the P-256 EK is not an ECC key"));
+        };
+        let certificate = ca.issue_ecc_ek_certificate(&x, &y, "secp256r1")?;
+        tpm.provision_nv(EkTemplate::EccP256.certificate_index(), certificate)
+            .map_err(std::io::Error::other)
     }
 
     /// The directory holding the TPM's state.

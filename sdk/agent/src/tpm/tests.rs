@@ -80,6 +80,57 @@ fn enrollment_carries_the_ek_its_certificate_and_an_attestation_key() {
     assert!(ak_statement(&tpm_name(&e.ak_public)).is_some());
 }
 
+/// The point of an ECC EK certificate, `04 ‖ x ‖ y`.
+fn certified_point(certificate: &[u8]) -> Vec<u8> {
+    let (_, cert) = X509Certificate::from_der(certificate).unwrap();
+    match cert.public_key().parsed().unwrap() {
+        x509_parser::public_key::PublicKey::EC(point) => point.data().to_vec(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The ECC EKs: swtpm_setup's P-384 certificate (template H-3) and a P-256 one provisioned
+/// at 0x01c0000a (L-2) each certify the key the agent derives from its template, and each EK
+/// activates the TPM's own MakeCredential (through a password for the high-range EK, the
+/// PolicySecret session for the low-range one).
+#[test]
+fn ecc_eks_match_their_certificates_and_activate_credentials() {
+    let (ca, sw, tpm) = started();
+    sw.provision_ecc_p256_ek(&ca).unwrap();
+    for (template, name_alg) in [
+        (EkTemplate::EccP256, gatehouse_tpm::HashAlg::Sha256),
+        (EkTemplate::EccP384, gatehouse_tpm::HashAlg::Sha384),
+    ] {
+        let (e, used) = tpm
+            .enrollment_with(EkSelection::Template(template))
+            .unwrap();
+        assert_eq!(used, template);
+        let ek = gatehouse_tpm::Public::parse(&e.ek_public).unwrap();
+        assert_eq!(ek.name_alg, name_alg, "{template}");
+        let gatehouse_tpm::PublicKey::Ecc { x, y, .. } = &ek.key else {
+            panic!("{template}: an ECC EK")
+        };
+        assert_eq!(
+            certified_point(&e.ek_certificate),
+            [&[4u8][..], x, y].concat(),
+            "{template}: the certificate certifies the derived EK"
+        );
+        let secret = vec![0x42; 32];
+        let (blob, encrypted) = tpm
+            .make_credential(e.ek_public.clone(), tpm_name(&e.ak_public), secret.clone())
+            .unwrap();
+        let answer = tpm
+            .answer(template, blob, encrypted, vec![], [0; 32], vec![0], None)
+            .unwrap();
+        assert_eq!(answer.secret, secret, "{template}");
+    }
+    // With the RSA-2048 certificate present, auto keeps proving the RSA EK.
+    assert_eq!(
+        tpm.resolve_ek(EkSelection::Auto).unwrap(),
+        EkTemplate::Rsa2048
+    );
+}
+
 #[test]
 fn answers_a_make_credential_challenge_with_a_quote_and_a_certified_node_key() {
     let (_ca, _sw, tpm) = started();
