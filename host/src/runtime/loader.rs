@@ -432,7 +432,9 @@ mod tests {
         };
         let text = e.to_string();
         assert!(
-            text.contains("/a/b.wasm") && text.contains("@1.0.0") && text.contains(&format!("@{WIT_VERSION}")),
+            text.contains("/a/b.wasm")
+                && text.contains("@1.0.0")
+                && text.contains(&format!("@{WIT_VERSION}")),
             "{text}"
         );
     }
