@@ -1,5 +1,6 @@
 //! One bounded attestor call.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::Resource;
@@ -79,30 +80,19 @@ pub(super) async fn verify<B: TxBackend>(
     let mut store = Store::new(pre.engine(), CallState::new(Some(session), memory_limit));
     store.limiter(|s| &mut s.limiter);
     // Check the deadline every epoch tick and yield to the executor each tick, so a spinning
-    // guest does not hold an attestor thread. The deadline counts guest execution only: wall
-    // time less time in host imports and less time spent queued for a thread after a yield,
-    // so a call waiting behind busy guests is not charged for their turns.
+    // guest does not hold an attestor thread (see `GuestClock`).
     store.set_epoch_deadline(1);
-    let mut queued = Duration::ZERO;
-    let mut yielded_at: Option<Instant> = None;
+    let resumed = ResumeMark::default();
+    let mut clock = GuestClock::new(started, deadline);
+    let mark = resumed.clone();
     store.epoch_deadline_callback(move |cx| {
-        if let Some(at) = yielded_at.take() {
-            // The first check after the call resumed (the epoch moved on while it waited):
-            // a full tick of work before the next yield, or a congested executor would resume
-            // every call only to yield it again at once, and none would progress.
-            queued += at.elapsed();
-            return Ok(UpdateDeadline::Continue(1));
-        }
-        let guest = started
-            .elapsed()
-            .saturating_sub(cx.data().host_time)
-            .saturating_sub(queued);
-        if guest >= deadline {
-            Err(Trap::Interrupt.into())
-        } else {
-            yielded_at = Some(Instant::now());
-            Ok(UpdateDeadline::Yield(1))
-        }
+        Ok(
+            match clock.tick(Instant::now(), cx.data().host_time, mark.take()) {
+                Tick::Resumed => UpdateDeadline::Continue(1),
+                Tick::Yield => UpdateDeadline::Yield(1),
+                Tick::Expired => return Err(Trap::Interrupt.into()),
+            },
+        )
     });
 
     let call = async {
@@ -117,6 +107,13 @@ pub(super) async fn verify<B: TxBackend>(
             )
             .await
     };
+    // Each poll is the executor giving the call its thread; the first after a yield ends the
+    // call's wait in the queue.
+    let mut call = std::pin::pin!(call);
+    let call = std::future::poll_fn(|cx| {
+        resumed.note(Instant::now());
+        call.as_mut().poll(cx)
+    });
     let result = tokio::time::timeout(deadline + WALL_BACKSTOP, call).await;
 
     for line in store.data().stderr().lines() {
@@ -184,6 +181,80 @@ pub(super) async fn verify<B: TxBackend>(
                 elapsed,
             }
         }
+    }
+}
+
+/// The deadline's bookkeeping at each epoch tick, apart from wasmtime so that it can be tested
+/// with made-up times. The deadline counts guest execution only: wall time less time in host
+/// imports and less time queued for the attestor's thread after a yield, so a call waiting
+/// behind busy guests is not charged for their turns.
+struct GuestClock {
+    started: Instant,
+    deadline: Duration,
+    queued: Duration,
+    yielded_at: Option<Instant>,
+}
+
+/// What a call does at an epoch tick.
+#[derive(Debug, PartialEq, Eq)]
+enum Tick {
+    /// The call just resumed after a yield: it runs a full tick before it yields again, or a
+    /// congested executor would resume every call only to yield it at once, and none would
+    /// progress.
+    Resumed,
+    /// Yield to the executor, so a spinning guest does not hold the attestor's thread.
+    Yield,
+    /// The guest has run past its deadline.
+    Expired,
+}
+
+/// When a call was first polled after its last yield: the end of its wait for the thread.
+/// Shared between the call's future, which notes each poll, and the epoch callback, which
+/// takes the mark at each tick.
+#[derive(Clone, Default)]
+struct ResumeMark(Arc<Mutex<Option<Instant>>>);
+
+impl ResumeMark {
+    fn note(&self, now: Instant) {
+        let mut mark = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        mark.get_or_insert(now);
+    }
+
+    fn take(&self) -> Option<Instant> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+impl GuestClock {
+    fn new(started: Instant, deadline: Duration) -> Self {
+        Self {
+            started,
+            deadline,
+            queued: Duration::ZERO,
+            yielded_at: None,
+        }
+    }
+
+    /// The tick at `now`, given the call's time in host imports so far and when the call was
+    /// first polled since its last yield.
+    fn tick(&mut self, now: Instant, host_time: Duration, resumed: Option<Instant>) -> Tick {
+        if let Some(at) = self.yielded_at.take() {
+            self.queued += resumed.unwrap_or(now).saturating_duration_since(at);
+            return Tick::Resumed;
+        }
+        if self.guest(now, host_time) >= self.deadline {
+            Tick::Expired
+        } else {
+            self.yielded_at = Some(now);
+            Tick::Yield
+        }
+    }
+
+    /// Guest execution so far: wall time less host imports and queueing.
+    fn guest(&self, now: Instant, host_time: Duration) -> Duration {
+        now.saturating_duration_since(self.started)
+            .saturating_sub(host_time)
+            .saturating_sub(self.queued)
     }
 }
 
@@ -327,6 +398,70 @@ mod tests {
         ] {
             assert!(!is_binding_kind(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_deadline_counts_guest_time_only() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut clock = GuestClock::new(t0, ms(250));
+        // The guest runs 2 ms and yields, waits 1 s for its thread, runs 2 ms: the wait is
+        // not charged.
+        assert_eq!(clock.tick(t0 + ms(2), ms(0), Some(t0)), Tick::Yield);
+        assert_eq!(
+            clock.tick(t0 + ms(1004), ms(0), Some(t0 + ms(1002))),
+            Tick::Resumed
+        );
+        assert_eq!(clock.guest(t0 + ms(1004), ms(0)), ms(4));
+        // It runs 2 ms more, yields; 600 ms in host imports is not charged either.
+        assert_eq!(clock.tick(t0 + ms(1006), ms(0), None), Tick::Yield);
+        assert_eq!(
+            clock.tick(t0 + ms(1608), ms(600), Some(t0 + ms(1006))),
+            Tick::Resumed
+        );
+        assert_eq!(clock.guest(t0 + ms(1608), ms(600)), ms(8));
+        // Spinning on with no wait, it expires once 250 ms of its own have passed.
+        assert_eq!(clock.tick(t0 + ms(1700), ms(600), None), Tick::Yield);
+        assert_eq!(
+            clock.tick(t0 + ms(1702), ms(600), Some(t0 + ms(1700))),
+            Tick::Resumed
+        );
+        assert_eq!(clock.tick(t0 + ms(1849), ms(600), None), Tick::Yield);
+        assert_eq!(
+            clock.tick(t0 + ms(1851), ms(600), Some(t0 + ms(1849))),
+            Tick::Resumed
+        );
+        assert_eq!(clock.tick(t0 + ms(1852), ms(600), None), Tick::Expired);
+    }
+
+    #[test]
+    fn a_guest_spinning_alone_expires_at_its_deadline_not_later() {
+        // Uncontended, each resume is immediate: every tick of running counts, the ticks
+        // after a resume included.
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut clock = GuestClock::new(t0, ms(250));
+        let mut now = t0;
+        loop {
+            let yielded = now;
+            now += ms(2);
+            match clock.tick(now, ms(0), Some(yielded)) {
+                Tick::Expired => break,
+                Tick::Yield | Tick::Resumed => {}
+            }
+            assert!(now - t0 < ms(300), "still running at {:?}", now - t0);
+        }
+        assert_eq!(now - t0, ms(250));
+    }
+
+    #[test]
+    fn resume_marks_keep_the_first_poll_after_a_yield() {
+        let t0 = Instant::now();
+        let mark = ResumeMark::default();
+        mark.note(t0);
+        mark.note(t0 + Duration::from_millis(5));
+        assert_eq!(mark.take(), Some(t0));
+        assert_eq!(mark.take(), None);
     }
 
     #[test]
