@@ -3,11 +3,13 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor};
 
+use super::group::GroupCommit;
 use super::{StoreError, Tx, migrate};
 
 /// How long a transaction waits for a pooled connection, and on SQLite for the write lock
@@ -81,6 +83,8 @@ pub struct Db {
     /// Autocommit reads of committed state ([`Db::read`]).
     reads: AnyPool,
     backend: Backend,
+    /// SQLite's commit batches over its one write connection ([`super::group`]).
+    group: Option<Arc<GroupCommit>>,
 }
 
 impl Db {
@@ -95,6 +99,10 @@ impl Db {
             Backend::Sqlite => {
                 options
                     .max_connections(SQLITE_CONNECTIONS)
+                    // The connection may carry an open commit batch between transactions: the
+                    // pool must never retire it on its own.
+                    .max_lifetime(None)
+                    .idle_timeout(None)
                     .after_connect(|conn, _meta| {
                         Box::pin(async move {
                             conn.execute(SQLITE_PRAGMAS).await?;
@@ -120,10 +128,12 @@ impl Db {
             })
             .connect_lazy(url)
             .map_err(StoreError::Connect)?;
+        let group = (backend == Backend::Sqlite).then(|| GroupCommit::new(pool.clone()));
         Ok(Db {
             pool,
             reads,
             backend,
+            group,
         })
     }
 
@@ -144,7 +154,7 @@ impl Db {
     /// a 5 s `statement_timeout` and `lock_timeout`. See [`Tx`] for what happens when it is
     /// dropped instead of committed.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
-        Tx::begin(&self.pool, self.backend).await
+        Tx::begin(&self.pool, self.backend, self.group.as_ref()).await
     }
 
     /// A connection of the read pool for statements that read committed state, each in its
@@ -159,6 +169,12 @@ impl Db {
     pub async fn close(&self) {
         self.reads.close().await;
         self.pool.close().await;
+    }
+
+    /// SQLite's commit batches, for this module's tests.
+    #[cfg(test)]
+    pub(super) fn group(&self) -> Option<&GroupCommit> {
+        self.group.as_deref()
     }
 
     /// The pool, for this module's tests.

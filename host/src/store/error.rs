@@ -28,6 +28,10 @@ pub enum StoreError {
     /// committed.
     #[error("transaction rolled back: an earlier statement failed")]
     Aborted,
+    /// On SQLite, the batch this transaction committed into was rolled back before it
+    /// committed ([`super::group`]): none of this transaction's writes took effect.
+    #[error("the commit batch was lost: {0}")]
+    BatchLost(String),
     /// The token has no use left (or does not exist): nothing was spent.
     #[error("the token has no use left")]
     NoUsesLeft,
@@ -111,6 +115,10 @@ mod tests {
             (
                 StoreError::Aborted,
                 "transaction rolled back: an earlier statement failed",
+            ),
+            (
+                StoreError::BatchLost("COMMIT failed: disk full".into()),
+                "the commit batch was lost: COMMIT failed: disk full",
             ),
             (StoreError::NoUsesLeft, "the token has no use left"),
             (

@@ -29,6 +29,7 @@ macro_rules! postgres_now {
 mod db;
 mod decode;
 mod error;
+mod group;
 mod join_requests;
 mod journal;
 mod kv;

@@ -1356,3 +1356,69 @@ fn backends_are_named_by_url() {
     }
     assert_eq!(Backend::Postgres.to_string(), "postgres");
 }
+
+/// SQLite's group commit: transactions committed at once share one `COMMIT`, each is durable
+/// once its `commit` returns (seen from a connection of another pool), and a member that rolls
+/// back, explicitly or by being dropped, takes nothing of the others with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_transactions_committed_together_are_each_durable() {
+    let t = testing::sqlite().await;
+    let before = t.db.group().unwrap().committed();
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let db = t.db.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tx = db.begin().await.unwrap();
+            tx.insert_tenant(&format!("t{i}")).await.unwrap();
+            match i % 3 {
+                0 => tx.commit().await.unwrap(),
+                1 => tx.rollback().await.unwrap(),
+                _ => drop(tx),
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let batches = t.db.group().unwrap().committed() - before;
+    assert!((1..8).contains(&batches), "8 commits in {batches} batches");
+    let other = Db::connect(&t.url).await.unwrap();
+    let mut tx = other.begin().await.unwrap();
+    for i in 0..24 {
+        let exists = tx.tenant_exists(&format!("t{i}")).await.unwrap();
+        assert_eq!(exists, i % 3 == 0, "tenant t{i}");
+    }
+    tx.commit().await.unwrap();
+    other.close().await;
+}
+
+/// A batch that cannot be kept (here a member ends SQLite's transaction behind the batch's
+/// back, so its savepoint cannot be rolled back) fails every member waiting on it: a member
+/// that already released is told its writes were lost, and they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_lost_commit_batch_fails_its_waiting_members() {
+    let t = testing::sqlite().await;
+    let mut first = t.db.begin().await.unwrap();
+    first.insert_tenant("released").await.unwrap();
+    // A second transaction queues for the connection before the first commits, so it runs
+    // inside the first's batch, ahead of the batch's flusher.
+    let db = t.db.clone();
+    let saboteur = tokio::spawn(async move {
+        let mut tx = db.begin().await.unwrap();
+        tx.execute(sqlx::query("ROLLBACK")).await.unwrap();
+        drop(tx);
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let committed = first.commit().await;
+    assert!(
+        matches!(committed, Err(StoreError::BatchLost(_))),
+        "{committed:?}"
+    );
+    saboteur.await.unwrap();
+    let mut tx = t.db.begin().await.unwrap();
+    assert!(!tx.tenant_exists("released").await.unwrap());
+    tx.insert_tenant("after").await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = t.db.read().await.unwrap();
+    assert!(tx.tenant_exists("after").await.unwrap());
+}

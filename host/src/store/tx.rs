@@ -10,12 +10,15 @@
 //! only if that succeeds; otherwise, or without a runtime to run the task, the connection is
 //! closed, which makes the server (or SQLite) roll back.
 
+use std::sync::Arc;
+
 use sqlx::any::{Any, AnyArguments, AnyRow};
 use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::{AnyConnection, AnyPool, Executor};
 
 use super::db::WAIT;
+use super::group::{self, GroupCommit};
 use super::{Backend, StoreError};
 
 /// Begins a Postgres transaction in one round trip. `statement_timeout` and `lock_timeout`
@@ -24,10 +27,6 @@ use super::{Backend, StoreError};
 const POSTGRES_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = '5s'; \
                               SET LOCAL lock_timeout = '5s'; \
                               SET LOCAL idle_in_transaction_session_timeout = '60s'";
-
-/// Takes SQLite's write lock at once: a deferred `BEGIN` that reads first fails with "database
-/// is locked" on its first write, without waiting for the busy timeout.
-const SQLITE_BEGIN: &str = "BEGIN IMMEDIATE";
 
 /// Database time in ms since the Unix epoch.
 const SQLITE_NOW: &str = concat!("SELECT ", sqlite_now!(), " AS now");
@@ -43,7 +42,8 @@ const POSTGRES_NOW: &str = concat!("SELECT ", postgres_now!(), " AS now");
 /// the transaction is already aborted; SQLite gets the same rule so callers behave alike).
 ///
 /// Hold one `Tx` at a time per task: on SQLite the pool has a single connection, so a second
-/// `begin` waits for the first `Tx` to end.
+/// `begin` waits for the first `Tx` to end. On SQLite a `Tx` is a savepoint in a batch that
+/// commits with one `COMMIT` ([`group`]); its `commit` returns once that batch committed.
 #[derive(Debug)]
 pub struct Tx {
     /// Some until dropped.
@@ -53,6 +53,8 @@ pub struct Tx {
     finished: bool,
     /// A statement failed: the transaction may only be rolled back.
     failed: bool,
+    /// SQLite's batch this transaction is a member of; none on Postgres.
+    group: Option<Arc<GroupCommit>>,
 }
 
 impl Drop for Tx {
@@ -63,12 +65,13 @@ impl Drop for Tx {
         let Some(conn) = self.conn.take() else { return };
         let mut pending = PendingRollback {
             conn,
+            group: self.group.clone(),
             rolled_back: false,
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let rollback = pending.conn.execute("ROLLBACK");
-                if let Ok(Ok(_)) = tokio::time::timeout(WAIT, rollback).await {
+                let rollback = pending.roll_back();
+                if let Ok(true) = tokio::time::timeout(WAIT, rollback).await {
                     pending.rolled_back();
                 }
             });
@@ -77,31 +80,56 @@ impl Drop for Tx {
     }
 }
 
-/// A connection whose transaction was abandoned. Dropped before its `ROLLBACK` succeeded
-/// (the rollback failed or timed out, or its task never ran), it closes the connection
-/// instead of returning it to the pool.
+/// A connection whose transaction was abandoned. Dropped before its rollback succeeded (the
+/// rollback failed or timed out, or its task never ran), it closes the connection instead
+/// of returning it to the pool.
 struct PendingRollback {
     conn: PoolConnection<Any>,
+    group: Option<Arc<GroupCommit>>,
     rolled_back: bool,
 }
 
 impl PendingRollback {
-    /// The `ROLLBACK` succeeded: the connection may go back to the pool.
+    /// The rollback succeeded: the connection may go back to the pool.
     fn rolled_back(&mut self) {
         self.rolled_back = true;
+    }
+
+    /// Rolls the abandoned transaction back; whether the connection is clean.
+    async fn roll_back(&mut self) -> bool {
+        match &self.group {
+            None => self.conn.execute("ROLLBACK").await.is_ok(),
+            Some(group) => member_rolled_back(group, &mut self.conn).await,
+        }
     }
 }
 
 impl Drop for PendingRollback {
     fn drop(&mut self) {
         if !self.rolled_back {
+            if let Some(group) = &self.group {
+                group.fail_all("the write connection was closed after a failed rollback");
+            }
             self.conn.close_on_drop();
         }
     }
 }
 
+/// Rolls back a batch member's savepoint, or the whole batch if that fails; whether the
+/// connection is clean.
+async fn member_rolled_back(group: &GroupCommit, conn: &mut AnyConnection) -> bool {
+    match conn.execute(group::ROLLBACK_MEMBER).await {
+        Ok(_) => group.after_rollback(conn).await,
+        Err(e) => group.abort(conn, &e.to_string()).await,
+    }
+}
+
 impl Tx {
-    pub(super) async fn begin(pool: &AnyPool, backend: Backend) -> Result<Tx, StoreError> {
+    pub(super) async fn begin(
+        pool: &AnyPool,
+        backend: Backend,
+        group: Option<&Arc<GroupCommit>>,
+    ) -> Result<Tx, StoreError> {
         let conn = pool.acquire().await?;
         // From here on, dropping this future drops the Tx, which rolls back.
         let mut tx = Tx {
@@ -109,10 +137,15 @@ impl Tx {
             backend,
             finished: false,
             failed: false,
+            group: group.cloned(),
         };
-        let begin = match backend {
-            Backend::Sqlite => SQLITE_BEGIN,
-            Backend::Postgres => POSTGRES_BEGIN,
+        let begin = match (&tx.group, backend) {
+            (Some(group), _) => group.begin_statement(),
+            (None, Backend::Postgres) => POSTGRES_BEGIN,
+            // Takes SQLite's write lock at once: a deferred `BEGIN` that reads first fails
+            // with "database is locked" on its first write, without waiting for the busy
+            // timeout.
+            (None, Backend::Sqlite) => "BEGIN IMMEDIATE",
         };
         let done = tx.conn()?.execute(begin).await;
         tx.check(done)?;
@@ -128,6 +161,7 @@ impl Tx {
             backend,
             finished: true,
             failed: false,
+            group: None,
         })
     }
 
@@ -137,18 +171,45 @@ impl Tx {
     }
 
     /// Commits. If a statement failed earlier, rolls back instead and returns
-    /// [`StoreError::Aborted`].
+    /// [`StoreError::Aborted`]. On SQLite, returns once the batch this transaction joined
+    /// committed ([`group`]).
     pub async fn commit(mut self) -> Result<(), StoreError> {
         if self.failed {
-            self.end("ROLLBACK").await?;
+            self.roll_back().await?;
             return Err(StoreError::Aborted);
         }
-        self.end("COMMIT").await
+        let Some(group) = self.group.clone() else {
+            return self.end("COMMIT").await;
+        };
+        // A failed release leaves the Tx unfinished: dropped, it rolls back (the batch too,
+        // if the savepoint is gone).
+        self.end(group::RELEASE).await?;
+        let committed = group.join();
+        // The connection goes back to the pool for the batch's next member or its flusher.
+        drop(self);
+        match committed.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(StoreError::BatchLost(why)),
+            Err(_) => Err(StoreError::BatchLost("its flusher stopped".into())),
+        }
     }
 
     /// Rolls back.
     pub async fn rollback(mut self) -> Result<(), StoreError> {
-        self.end("ROLLBACK").await
+        self.roll_back().await
+    }
+
+    async fn roll_back(&mut self) -> Result<(), StoreError> {
+        let Some(group) = self.group.clone() else {
+            return self.end("ROLLBACK").await;
+        };
+        // Unfinished on failure: dropped, the connection is closed (and the batch with it).
+        if member_rolled_back(&group, self.conn()?).await {
+            self.finished = true;
+            Ok(())
+        } else {
+            Err(StoreError::BatchLost("a rollback failed".into()))
+        }
     }
 
     async fn end(&mut self, statement: &'static str) -> Result<(), StoreError> {
