@@ -439,6 +439,8 @@ impl JoinService {
         deferral: Deferral,
         csr: &VerifiedCsr,
     ) -> Result<JoinResponse, Stop> {
+        // Database time, read once: the challenge's deadline and the round's record.
+        let now = tx.now().await.map_err(storage("now"))?;
         let wire = match deferral {
             Deferral::Approval(a) => {
                 round.subject = Some(format!("join-request:{}", a.request_id));
@@ -454,7 +456,6 @@ impl JoinService {
             }
             Deferral::Challenge(c) => {
                 // Never advertise a deadline later than challenge state can live.
-                let now = tx.now().await.map_err(storage("now"))?;
                 WireDeferral::Challenge(Challenge {
                     attestor: round.attestor.clone(),
                     payload: c.payload,
@@ -472,7 +473,7 @@ impl JoinService {
             deferral: Some(wire),
         };
         let response = self.pki.sign_response(&body).map_err(failed("sign"))?;
-        record::write(&mut tx, round, &Decision::deferred())
+        record::write_at(&mut tx, round, &Decision::deferred(), now)
             .await
             .map_err(storage("record"))?;
         tx.commit().await.map_err(storage("commit"))?;
@@ -730,7 +731,9 @@ impl JoinService {
             )
             .await?;
         let decision = Decision::admitted();
-        record::write(&mut tx, round, &decision)
+        // Stamped with the round's database time, read once above: one statement fewer
+        // under the write lock.
+        record::write_at(&mut tx, round, &decision, now)
             .await
             .map_err(storage("record"))?;
         tx.commit().await.map_err(storage("commit"))?;

@@ -186,6 +186,7 @@ impl GroupCommit {
     }
 
     /// Batches committed so far (each one `COMMIT`, however many transactions it held).
+    #[cfg(test)]
     pub(super) fn committed(&self) -> u64 {
         self.batch().committed
     }
