@@ -1,12 +1,17 @@
 //! `gatehouse bench --json`: measured figures, one JSON line.
 //!
-//! - `token_joins_per_s_sqlite` / `_postgres`: end to end over HTTPS on loopback, many agents
-//!   at once, each with its own single-use token (agent key generation, CSR, sealing and
+//! - `token_joins_per_s_sqlite` / `_postgres`: end to end over HTTPS on loopback, `--agents`
+//!   agents at once, each with its own single-use token (agent key generation, CSR, sealing and
 //!   response verification included, on the same machine).
+//! - `joins_<backend>`: the same at 1, 16 and 64 agents on distinct tokens and at 64 on one
+//!   shared many-use token, each with p50/p99 latency and the process's CPU per join, and the
+//!   limits they are measured against ([`limits`]): the crypto a join needs and the
+//!   database's statements alone.
 //! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`: see [`attestor_call`].
 //! - `tpm_verify_us_native` / `_wasm`: see [`tpm_verify`].
 
 mod attestor_call;
+mod limits;
 mod memory;
 mod native_crypto;
 mod tpm_verify;
@@ -41,22 +46,30 @@ pub struct BenchArgs {
 
 pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let _ = args.json;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let calls = attestor_call::measure(args.calls).await?;
     let tpm = tpm_verify::measure(args.calls.min(2000)).await?;
-    let sqlite = joins_per_second(None, args.joins, args.agents)
+    let crypto = limits::crypto(args.calls.min(2000))?;
+    let crypto_limit = cores as f64 * 1e6 / (crypto.host_us + crypto.agent_us);
+    let sqlite = backend_figures(None, &args, crypto_limit)
         .await
         .context("SQLite join benchmark")?;
     let postgres = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => Some(
-            postgres_joins(&url, args.joins, args.agents)
+            postgres_figures(&url, &args, crypto_limit)
                 .await
                 .context("PostgreSQL join benchmark")?,
         ),
         _ => None,
     };
     let line = serde_json::json!({
-        "token_joins_per_s_sqlite": round1(sqlite),
-        "token_joins_per_s_postgres": postgres.map(round1),
+        "token_joins_per_s_sqlite": round1(sqlite.headline),
+        "token_joins_per_s_postgres": postgres.as_ref().map(|p| round1(p.headline)),
+        "joins_sqlite": sqlite.detail,
+        "joins_postgres": postgres.map(|p| p.detail),
+        "crypto_host_us_per_join": round1(crypto.host_us),
+        "crypto_agent_us_per_join": round1(crypto.agent_us),
+        "crypto_limit_joins_per_s": round1(crypto_limit),
         "attestor_call_us_wasm": round1(calls.wasm_us),
         "attestor_call_us_native": round1(calls.native_us),
         "wasm_over_native": (calls.wasm_us / calls.native_us * 100.0).round() / 100.0,
@@ -65,18 +78,86 @@ pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "joins": args.joins,
         "agents": args.agents,
         "calls": args.calls,
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cores": cores,
     });
     println!("{line}");
     Ok(())
+}
+
+/// One backend's figures: the headline rate at `--agents`, and the detail object.
+struct BackendFigures {
+    headline: f64,
+    detail: serde_json::Value,
+}
+
+/// Every end-to-end run on one backend, and its database limit.
+async fn backend_figures(
+    database_url: Option<String>,
+    args: &BenchArgs,
+    crypto_limit: f64,
+) -> anyhow::Result<BackendFigures> {
+    let headline = joins_per_second(
+        database_url.clone(),
+        args.joins,
+        args.agents,
+        Tokens::Distinct,
+    )
+    .await?;
+    let mut runs = serde_json::Map::new();
+    for (name, agents, tokens) in [
+        ("distinct_1", 1, Tokens::Distinct),
+        ("distinct_16", 16, Tokens::Distinct),
+        ("distinct_64", 64, Tokens::Distinct),
+        ("shared_64", 64, Tokens::Shared),
+    ] {
+        let run = joins_per_second(database_url.clone(), args.joins, agents, tokens)
+            .await
+            .with_context(|| format!("the {name} run"))?;
+        runs.insert(name.into(), run.json(crypto_limit));
+    }
+    let db_limit = {
+        let dir = tempfile::tempdir()?;
+        let url = match &database_url {
+            Some(url) => url.clone(),
+            None => crate::store::sqlite_url(&dir.path().join("limit.db"))?,
+        };
+        let db = crate::store::Db::connect(&url)
+            .await
+            .context("the database limit")?;
+        db.migrate().await?;
+        let rate = limits::database(&db, args.joins, 16)
+            .await
+            .context("the database limit")?;
+        db.close().await;
+        rate
+    };
+    runs.insert("db_limit_joins_per_s".into(), round1(db_limit).into());
+    let fraction = |v: &serde_json::Value| v["joins_per_s"].as_f64().unwrap_or(0.0);
+    let best = runs.get("distinct_16").map(fraction).unwrap_or(0.0);
+    runs.insert(
+        "distinct_16_over_limit".into(),
+        round2(best / crypto_limit.min(db_limit)).into(),
+    );
+    Ok(BackendFigures {
+        headline: headline.joins_per_s,
+        detail: runs.into(),
+    })
+}
+
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
 }
 
 fn round1(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
 }
 
-/// A fresh PostgreSQL database for one run, dropped afterwards.
-async fn postgres_joins(admin_url: &str, joins: usize, agents: usize) -> anyhow::Result<f64> {
+/// A fresh PostgreSQL database for the runs, dropped afterwards.
+async fn postgres_figures(
+    admin_url: &str,
+    args: &BenchArgs,
+    crypto_limit: f64,
+) -> anyhow::Result<BackendFigures> {
     use sqlx::Connection as _;
     let name = format!("gh_bench_{:016x}", rand::random::<u64>());
     let mut admin = sqlx::PgConnection::connect(admin_url).await?;
@@ -84,20 +165,70 @@ async fn postgres_joins(admin_url: &str, joins: usize, agents: usize) -> anyhow:
         .execute(&mut admin)
         .await?;
     let base = admin_url.rsplit_once('/').map_or(admin_url, |(b, _)| b);
-    let result = joins_per_second(Some(format!("{base}/{name}")), joins, agents).await;
+    let result = backend_figures(Some(format!("{base}/{name}")), args, crypto_limit).await;
     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .execute(&mut admin)
         .await;
     result
 }
 
-/// Starts a dev host (SQLite, or `database_url`), mints `joins` single-use tokens and lets
-/// `agents` concurrent agents spend them; joins per second of wall time.
+/// Whether each agent spends its own single-use token or all share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tokens {
+    Distinct,
+    Shared,
+}
+
+/// One end-to-end run.
+struct Run {
+    joins_per_s: f64,
+    p50: Duration,
+    p99: Duration,
+    /// The process's CPU time (host and agents) per join.
+    cpu_per_join: Duration,
+}
+
+impl Run {
+    fn json(&self, crypto_limit: f64) -> serde_json::Value {
+        serde_json::json!({
+            "joins_per_s": round1(self.joins_per_s),
+            "p50_ms": round1(self.p50.as_secs_f64() * 1e3),
+            "p99_ms": round1(self.p99.as_secs_f64() * 1e3),
+            "process_cpu_ms_per_join": round2(self.cpu_per_join.as_secs_f64() * 1e3),
+            "over_crypto_limit": round2(self.joins_per_s / crypto_limit),
+        })
+    }
+}
+
+/// The process's user and system CPU time so far (`/proc/self/stat`, clock ticks of 10 ms),
+/// or zero where that is not readable.
+fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces) closed by the last ')'.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// Starts a dev host (SQLite, or `database_url`), mints `joins` single-use tokens (or one
+/// token of `joins` uses) and lets `agents` concurrent agents spend them.
 async fn joins_per_second(
     database_url: Option<String>,
     joins: usize,
     agents: usize,
-) -> anyhow::Result<f64> {
+    shared: Tokens,
+) -> anyhow::Result<Run> {
     let dir = tempfile::tempdir()?;
     let files = app::dev::prepare(dir.path(), "127.0.0.1:0")?;
     let mut config = Config::load(&files.config)?;
@@ -112,7 +243,8 @@ async fn joins_per_second(
     let mut tokens = Vec::with_capacity(joins);
     let mut tx = running.db.begin().await?;
     let now = tx.now().await?;
-    for i in 0..joins {
+    let distinct = if shared == Tokens::Shared { 1 } else { joins };
+    for i in 0..distinct {
         let secret: [u8; 32] = rand::random();
         let id = format!("tok_bench{i:08}");
         tx.insert_token(&NewToken {
@@ -123,7 +255,7 @@ async fn joins_per_second(
             pool_id: None,
             site_id: None,
             expires_at: now + 3_600_000,
-            uses: 1,
+            uses: u32::try_from(joins / distinct).unwrap_or(u32::MAX),
             expect: TokenExpect::default(),
             reclaim: false,
             created_at: now,
@@ -134,20 +266,29 @@ async fn joins_per_second(
             secret: secret.to_vec(),
         });
     }
+    let tokens: Vec<_> = (0..joins).map(|i| tokens[i % distinct].clone()).collect();
     tx.commit().await?;
 
     let client = gatehouse_agent::JoinClient::new(&url, &trust)?;
     let queue = Arc::new(std::sync::Mutex::new(tokens));
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(joins)));
+    let cpu_before = process_cpu();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..agents {
-        let (client, trust, queue) = (client.clone(), trust.clone(), queue.clone());
+        let (client, trust, queue, latencies) = (
+            client.clone(),
+            trust.clone(),
+            queue.clone(),
+            latencies.clone(),
+        );
         tasks.spawn(async move {
             let mut done = 0usize;
             loop {
                 let Some(token) = queue.lock().ok().and_then(|mut q| q.pop()) else {
                     return Ok::<usize, anyhow::Error>(done);
                 };
+                let began = Instant::now();
                 let key = gatehouse_agent::NodeKey::generate()?;
                 let mut producer = gatehouse_agent::TokenProducer::new(gatehouse_proto::Role::Node);
                 gatehouse_agent::join(
@@ -159,6 +300,9 @@ async fn joins_per_second(
                     &gatehouse_agent::JoinOptions::default(),
                 )
                 .await?;
+                if let Ok(mut l) = latencies.lock() {
+                    l.push(began.elapsed());
+                }
                 done += 1;
             }
         });
@@ -168,8 +312,23 @@ async fn joins_per_second(
         joined += result.context("an agent task panicked")??;
     }
     let elapsed = started.elapsed().max(Duration::from_millis(1));
+    let cpu = process_cpu().saturating_sub(cpu_before);
     anyhow::ensure!(joined == joins, "only {joined} of {joins} joins succeeded");
     running.server.shutdown().await;
     running.db.close().await;
-    Ok(joined as f64 / elapsed.as_secs_f64())
+    let mut latencies =
+        std::mem::take(&mut *latencies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
+    latencies.sort();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Ok(Run {
+        joins_per_s: joined as f64 / elapsed.as_secs_f64(),
+        p50: at(0.50),
+        p99: at(0.99),
+        cpu_per_join: cpu / u32::try_from(joined.max(1)).unwrap_or(u32::MAX),
+    })
 }

@@ -1,0 +1,189 @@
+//! The limits an end-to-end join rate is measured against, each timed alone on this machine:
+//!
+//! - the crypto a token join cannot skip: on the host, the CSR's signature check, opening the
+//!   sealed token (HPKE), signing the certificate and signing the response; on the agent, the
+//!   key pair, the CSR, sealing and checking the response. The host's share bounds the host;
+//!   both bound this benchmark, whose agents run in the same process on the same cores.
+//! - the database: a token join's statements alone (the attestor's read of its token on the
+//!   read pool; then, locked, the token again, its spend, database time, the node, its
+//!   certificate, the audit row and the event; commit), from 16 tasks at once.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use sha2::{Digest, Sha256};
+
+use crate::pki::{IssueRequest, Pki, verify_csr};
+use crate::store::{
+    AuditResult, Db, NewAudit, NewEvent, NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect,
+    TokenRole,
+};
+
+/// Microseconds of CPU one join's crypto takes, measured one operation after another.
+pub(super) struct Crypto {
+    pub host_us: f64,
+    pub agent_us: f64,
+}
+
+/// Times the join's crypto `iterations` times; the mean of each side.
+pub(super) fn crypto(iterations: usize) -> anyhow::Result<Crypto> {
+    let pki = Pki::generate("bench.invalid")?;
+    let trust = pki.join_trust("");
+    let token = gatehouse_proto::TokenString {
+        id: "tok_bench".into(),
+        secret: vec![7; 32],
+    };
+    let (mut host, mut agent) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let key = gatehouse_agent::NodeKey::generate()?;
+        let csr = gatehouse_agent::build_csr(&key)?;
+        let csr_sha256: [u8; 32] = Sha256::digest(&csr).into();
+        let sealed =
+            gatehouse_proto::seal_token(&pki.join_encryption_public(), &token, &csr_sha256)?;
+        agent += started.elapsed();
+
+        let started = Instant::now();
+        let verified = verify_csr(&csr)?;
+        gatehouse_proto::open_token(pki.token_opening_key(), &sealed, &verified.sha256)?;
+        let issued = pki.issue_node_cert(&IssueRequest {
+            node_id: "node_bench",
+            role: "node",
+            spki_der: &verified.spki_der,
+            statements: &[],
+            not_before_ms: 1_800_000_000_000,
+            not_after_ms: 1_800_086_400_000,
+        })?;
+        let response = pki.sign_response(&gatehouse_proto::JoinResponseBody {
+            v: 1,
+            csr_sha256: hex::encode(verified.sha256),
+            node_id: "node_bench".into(),
+            chain: vec![issued.der, pki.node_ca_der().to_vec()],
+            deferral: None,
+        })?;
+        host += started.elapsed();
+
+        let started = Instant::now();
+        gatehouse_agent::verify_response(&trust, &response, &csr_sha256, &key.spki_der())?;
+        agent += started.elapsed();
+    }
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / iterations.max(1) as f64;
+    Ok(Crypto {
+        host_us: per(host),
+        agent_us: per(agent),
+    })
+}
+
+/// Token joins' statements alone, `joins` of them from `tasks` tasks at once: joins per
+/// second of wall time.
+pub(super) async fn database(db: &Db, joins: usize, tasks: usize) -> anyhow::Result<f64> {
+    let prefix = format!("{:08x}", rand::random::<u32>());
+    let mut tx = db.begin().await?;
+    let now = tx.now().await?;
+    for i in 0..joins {
+        tx.insert_token(&NewToken {
+            id: format!("tok_db{prefix}{i:08}"),
+            role: TokenRole::Node,
+            secret_sha256: [0; 32],
+            tenant_id: "root".into(),
+            pool_id: None,
+            site_id: None,
+            expires_at: now + 3_600_000,
+            uses: 1,
+            expect: TokenExpect::default(),
+            reclaim: false,
+            created_at: now,
+        })
+        .await?;
+    }
+    tx.commit().await?;
+
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..tasks {
+        let (db, next, prefix) = (db.clone(), next.clone(), prefix.clone());
+        set.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= joins {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                one_join(&db, &format!("tok_db{prefix}{i:08}"), i).await?;
+            }
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.context("a database task panicked")??;
+    }
+    Ok(joins as f64 / started.elapsed().as_secs_f64())
+}
+
+/// One token join's statements, as JoinService runs them.
+async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
+    let mut read = db.read().await?;
+    anyhow::ensure!(
+        read.lock_token(token).await?.is_some(),
+        "token {token} is gone"
+    );
+    drop(read);
+    let mut tx = db.begin().await?;
+    tx.lock_token(token).await?.context("token row")?;
+    tx.consume_token(token).await?;
+    let now = tx.now().await?;
+    let node = format!("node_db{i:012}{:08x}", rand::random::<u32>());
+    tx.insert_node(&NewNode {
+        id: node.clone(),
+        tenant_id: "root".into(),
+        pool_id: None,
+        site_id: None,
+        role: NodeRole::Node,
+        identity_generation: 1,
+        hardware_key: None,
+        created_at: now,
+    })
+    .await?;
+    // A certificate's size, distinct per join (rows are unique by the DER's hash).
+    let serial = format!("{:032x}", rand::random::<u128>());
+    let mut der = serial.clone().into_bytes();
+    der.resize(600, 0x30);
+    tx.insert_node_cert(&NewNodeCert {
+        serial,
+        node_id: node.clone(),
+        der,
+        generation: 1,
+        role: NodeRole::Node,
+        not_before: now,
+        not_after: now + 86_400_000,
+        statements: vec![],
+        created_at: now,
+    })
+    .await?;
+    tx.insert_audit(&NewAudit {
+        at: now,
+        attestor: "join-token".into(),
+        round: 1,
+        result: AuditResult::Admitted,
+        reason: None,
+        node_id: Some(node.clone()),
+        token_id: Some(token.to_owned()),
+        subject: None,
+        node_key: Some("unattested".into()),
+        csr_sha256: Some([1; 32]),
+        client_addr: None,
+    })
+    .await?;
+    tx.insert_event(&NewEvent {
+        at: now,
+        kind: "node.joined".into(),
+        tenant_id: Some("root".into()),
+        node_id: Some(node),
+        attestor: Some("join-token".into()),
+        reason: None,
+        token_id: Some(token.to_owned()),
+        payload: serde_json::json!({ "attestor": "join-token" }),
+    })
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
