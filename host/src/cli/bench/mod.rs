@@ -8,7 +8,6 @@
 
 mod attestor_call;
 mod memory;
-mod native_crypto;
 mod tpm_verify;
 
 use std::sync::Arc;
