@@ -4,12 +4,10 @@
 
 use std::sync::OnceLock;
 
-use der::{Decode as _, Encode as _};
 use gatehouse_proto::cloud_iid::{CloudIidEvidence, Provider};
-use gatehouse_sdk::{HardwareClaims, JoinRole, NoTpm};
+use gatehouse_sdk::{HardwareClaims, JoinRole, NoTpm, OpenedToken};
 use gatehouse_sdk_test::{Clock, MemoryTx, Op, SoftCrypto};
 use serde_json::{Value, json};
-use sha2::Digest as _;
 
 use super::*;
 use crate::mint::{self, Providers, Sign};

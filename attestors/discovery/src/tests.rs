@@ -3,7 +3,7 @@
 
 use gatehouse_proto::discovery::{DISCOVERY_SCHEMA, DiscoveryAssertion, SignedDiscoveryAssertion};
 use gatehouse_sdk::{
-    AttestationResult, Attestor, HardwareClaims, Inventory, JoinRequest, JoinRole, Lease, Node,
+    AttestationResult, Attestor, Deferral, HardwareClaims, Inventory, JoinRequest, JoinRole, Lease, Node,
     NodeCert, NodeKeyAttestation, OpenedToken, Outcome, TimestampMs, Token, TokenExpect,
     TokenRole, reason, refuse,
 };
@@ -102,8 +102,9 @@ fn add_cert(kit: &Kit, key: &SigningKey, edit: impl FnOnce(&mut NodeCert)) {
     };
     edit(&mut cert);
     // The serial stands for the DER: discovery finds certificates by key, never by DER.
-    kit.tx.remove_cert(cert.serial.as_bytes());
-    kit.tx.insert_cert(cert.serial.as_bytes(), cert);
+    let der = cert.serial.clone().into_bytes();
+    kit.tx.remove_cert(&der);
+    kit.tx.insert_cert(&der, cert);
 }
 
 fn edit_signer(kit: &Kit, f: impl FnOnce(&mut Node)) {

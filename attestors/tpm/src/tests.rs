@@ -9,8 +9,8 @@ use gatehouse_proto::tpm::{
     ak_statement, quote_nonce_input,
 };
 use gatehouse_sdk::{
-    Attestor, Deferral, HardwareClaims, JoinRequest, JoinRole, Node, NodeKeyAttestation, Outcome,
-    TimestampMs, TpmCredential, Tx as _, reason,
+    Attestor, Deferral, HardwareClaims, JoinRequest, JoinRole, Node, NodeKeyAttestation,
+    OpenedToken, Outcome, TimestampMs, TpmCredential, Tx as _, reason,
 };
 use gatehouse_sdk_test::{Kit, SoftTpm};
 use gatehouse_tpm::marshal::{

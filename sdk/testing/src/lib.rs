@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use gatehouse_sdk::{Attestor, Outcome, TokenRole, reason, refuse, token};
-//! use gatehouse_sdk_test::{Kit, join_request, token_row};
+//! use gatehouse_sdk_test::{JoinRequestExt as _, Kit, join_request, token_row};
 //!
 //! /// Admits a node token's machine (join-token's decision, from the SDK's helpers).
 //! struct Tokens;
