@@ -5,8 +5,8 @@
 //! agent's `ExternalProducer` (what `gatehouse-agent join --evidence-file --producer` runs),
 //! whose producer command is the example's machine side (`examples/agent`), which signs the
 //! challenge with `ssh-keygen -Y sign`. Then: a key the operator did not allow, an answer
-//! signed by another key, and a re-join that re-keys the same node only with the operator's
-//! reclaim grant. And the generic `--evidence-file` path on a one-round attestor (cloud-iid).
+//! signed by another key, and a re-join that re-keys the same node by its binding. And the
+//! generic `--evidence-file` path on a one-round attestor (cloud-iid).
 //! SQLite and PostgreSQL.
 
 use std::path::{Path, PathBuf};
@@ -65,7 +65,11 @@ impl Machine {
             .arg(self.public())
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     }
 
@@ -81,7 +85,7 @@ impl Machine {
 
 /// A dev host whose data directory holds the example in `attestors/` before it starts (the
 /// dev config names that directory), configured to allow `allowed`.
-async fn host(backend: Backend, data: &Path, allowed: &[&Machine], reclaim: bool) -> TestHost {
+async fn host(backend: Backend, data: &Path, allowed: &[&Machine]) -> TestHost {
     let dir = data.join("attestors");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(
@@ -96,11 +100,6 @@ async fn host(backend: Backend, data: &Path, allowed: &[&Machine], reclaim: bool
             ATTESTOR.into(),
             json!({ "tenant": "root", "host_keys": keys }),
         )],
-        reclaim_grants: if reclaim {
-            vec![(ATTESTOR.into(), true)]
-        } else {
-            vec![]
-        },
         ..HostOptions::new(backend)
     })
     .await
@@ -134,7 +133,7 @@ async fn example_joins(backend: Backend) {
     let tmp = tempfile::tempdir().unwrap();
     let machine = Machine::new();
     let stranger = Machine::new();
-    let host = host(backend, &tmp.path().join("host"), &[&machine], true).await;
+    let host = host(backend, &tmp.path().join("host"), &[&machine]).await;
 
     // The machine joins: challenge, ssh-keygen's signature, admission, bound to its key.
     let joined = ssh_join(&host, machine.evidence(), &machine.private)
@@ -157,14 +156,21 @@ async fn example_joins(backend: Backend) {
     // The allowed key's evidence, answered by another key: refused in round two.
     let forged = ssh_join(&host, machine.evidence(), &stranger.private).await;
     assert!(matches!(forged, Err(JoinError::Denied)), "{forged:?}");
-    assert_eq!(newest_refusal(&host).await.as_deref(), Some("bad-signature"));
+    assert_eq!(
+        newest_refusal(&host).await.as_deref(),
+        Some("bad-signature")
+    );
 
-    // The machine again, with a new node key: the binding names its node, which it re-keys
-    // (the operator granted the example reclaim).
+    // The machine again, with a new node key: the binding names its node, which it re-keys.
+    // No reclaim grant is needed: proving a binding the node holds (of the attestor's own
+    // kind) is the host's proof that this is that node.
     let again = ssh_join(&host, machine.evidence(), &machine.private)
         .await
         .unwrap_or_else(|e| panic!("{backend:?} re-join: {e}"));
-    assert_eq!(again.node_id, joined.node_id, "the same machine, the same node");
+    assert_eq!(
+        again.node_id, joined.node_id,
+        "the same machine, the same node"
+    );
     host.stop().await;
 }
 
@@ -173,20 +179,6 @@ async fn third_party_example_joins_through_a_dropped_in_component() {
     for backend in backends() {
         example_joins(backend).await;
     }
-}
-
-/// Without the operator's reclaim grant, the example may admit a new machine but never re-key
-/// the node its binding names: the host's line, whatever the attestor says.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn third_party_example_cannot_rekey_without_the_grant() {
-    let tmp = tempfile::tempdir().unwrap();
-    let machine = Machine::new();
-    let host = host(Backend::Sqlite, &tmp.path().join("host"), &[&machine], false).await;
-    let first = ssh_join(&host, machine.evidence(), &machine.private).await;
-    assert!(first.is_ok(), "{first:?}");
-    let again = ssh_join(&host, machine.evidence(), &machine.private).await;
-    assert!(matches!(again, Err(JoinError::Denied)), "{again:?}");
-    host.stop().await;
 }
 
 /// `--evidence-file` on a one-round attestor: the file's bytes are the evidence, and the join
@@ -202,8 +194,7 @@ async fn evidence_file_joins_a_one_round_attestor() {
     })
     .await;
     let evidence = keys.evidence(Provider::Gcp, "acct-gcp", "inst-9", host.now().await);
-    let mut producer =
-        ExternalProducer::new(CLOUD_IID, Role::Node, mint::bytes(&evidence), None);
+    let mut producer = ExternalProducer::new(CLOUD_IID, Role::Node, mint::bytes(&evidence), None);
     let joined = join(
         &JoinClient::new(&host.url(), &host.trust).unwrap(),
         &host.trust,

@@ -49,12 +49,23 @@ fn main() {
         Path::new("../../examples/attestor/Cargo.toml"),
         &[EXAMPLE_ATTESTOR],
     );
-    let agent = build_binaries(Path::new("../../examples/agent/Cargo.toml"), &[EXAMPLE_AGENT]);
+    let agent = build_binaries(
+        Path::new("../../examples/agent/Cargo.toml"),
+        &[EXAMPLE_AGENT],
+    );
 
     let mut source = generate(&fixtures, &built);
     for (constant, what, artifacts) in [
-        ("EXAMPLE_ATTESTOR", "the example attestor's component (`examples/attestor`)", &example),
-        ("EXAMPLE_AGENT", "the example's machine side, an executable (`examples/agent`)", &agent),
+        (
+            "EXAMPLE_ATTESTOR",
+            "the example attestor's component (`examples/attestor`)",
+            &example,
+        ),
+        (
+            "EXAMPLE_AGENT",
+            "the example's machine side, an executable (`examples/agent`)",
+            &agent,
+        ),
     ] {
         for artifact in artifacts {
             let _ = writeln!(

@@ -149,7 +149,9 @@ pub fn certificate(key: &RsaKey, cn: &str, issuer: Option<(&RsaKey, &[u8])>) -> 
     let spki = SubjectPublicKeyInfoOwned::from_key(key.to_public_key()).unwrap();
     // A fixed window (2020 to 2099), not "from now": the unit tests decide at a fixed database
     // time, and the integration tests at the host's; both fall inside it.
-    let at = |secs| Time::GeneralTime(GeneralizedTime::from_unix_duration(Duration::from_secs(secs)).unwrap());
+    let at = |secs| {
+        Time::GeneralTime(GeneralizedTime::from_unix_duration(Duration::from_secs(secs)).unwrap())
+    };
     let validity = Validity {
         not_before: at(1_577_836_800),
         not_after: at(4_102_358_400),

@@ -159,9 +159,7 @@ fn too_old_and_future_documents_are_refused() {
             "not-yet-valid",
             "{p}"
         );
-        assert!(
-            !tx.used(&format!("cloud:{p}:{account}:j"))
-        );
+        assert!(!tx.used(&format!("cloud:{p}:{account}:j")));
     }
 }
 
@@ -611,8 +609,7 @@ fn oidc_identity_claims_are_configurable() {
         document: mint::jwt(&claims, Some("oidc-rsa"), Sign::Rs256(&k.oidc_rsa)),
         signature: None,
     };
-    let Outcome::Admitted(result) = run(&attestor, &new_tx(), &request(mint::bytes(&ev)))
-    else {
+    let Outcome::Admitted(result) = run(&attestor, &new_tx(), &request(mint::bytes(&ev))) else {
         panic!("configured claims")
     };
     assert_eq!(result.subject.as_deref(), Some("cloud:oidc:acct-oidc:m-7"));
@@ -946,11 +943,7 @@ fn azure_signer_must_be_imds() {
     let attestor = CloudIid::configure(&config.to_string()).unwrap();
     let evidence = keys().azure("acct-azure", "vm-s1", NOW - MINUTE);
     assert_eq!(
-        reason_of(run(
-            &attestor,
-            &new_tx(),
-            &request(mint::bytes(&evidence))
-        )),
+        reason_of(run(&attestor, &new_tx(), &request(mint::bytes(&evidence)))),
         codes::UNTRUSTED_SIGNER
     );
 }

@@ -306,14 +306,7 @@ impl Discovery {
                 .is_none()
         {
             let details = || approval_details(request, &token, &assertion);
-            match approval::request(
-                cx,
-                request,
-                &subject,
-                details,
-                RETRY_AFTER_SECONDS,
-                refusal,
-            )? {
+            match approval::request(cx, request, &subject, details, RETRY_AFTER_SECONDS, refusal)? {
                 approval::Decision::Waiting(deferral) => return Ok(deferral.into()),
                 approval::Decision::Approved(approved) => Some(approved),
             }

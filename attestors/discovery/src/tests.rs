@@ -3,8 +3,8 @@
 
 use gatehouse_proto::discovery::{DISCOVERY_SCHEMA, DiscoveryAssertion, SignedDiscoveryAssertion};
 use gatehouse_sdk::{
-    AttestationResult, Attestor, Deferral, HardwareClaims, Inventory, JoinRequest, JoinRole, Lease, Node,
-    NodeCert, NodeKeyAttestation, OpenedToken, Outcome, TimestampMs, Token, TokenExpect,
+    AttestationResult, Attestor, Deferral, HardwareClaims, Inventory, JoinRequest, JoinRole, Lease,
+    Node, NodeCert, NodeKeyAttestation, OpenedToken, Outcome, TimestampMs, Token, TokenExpect,
     TokenRole, reason, refuse,
 };
 use gatehouse_sdk_test::Kit;
@@ -433,10 +433,7 @@ fn each_check_refuses_with_its_reason() {
             r.attestation = signed_by(&site_key(), &a);
         }
         assert_eq!(verify(&tx, &r), refused(code), "{what}");
-        assert!(
-            tx.tx.uses().is_empty(),
-            "{what}: a refusal recorded a use"
-        );
+        assert!(tx.tx.uses().is_empty(), "{what}: a refusal recorded a use");
         assert_eq!(tx.tx.spent(TOKEN), 0, "{what}: a refusal spent the token");
     }
 }

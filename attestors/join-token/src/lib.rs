@@ -12,7 +12,9 @@
 //! shares. The crate is both the component the host loads and an `rlib`: the host's benchmark
 //! runs [`JoinToken`] natively through [`gatehouse_sdk::Attestor`] too.
 
-use gatehouse_sdk::{AttestationResult, Attestor, Context, Info, JoinRequest, Outcome, Refusal, token};
+use gatehouse_sdk::{
+    AttestationResult, Attestor, Context, Info, JoinRequest, Outcome, Refusal, token,
+};
 
 /// The `join-token` attestor. It has no configuration.
 #[derive(Debug)]

@@ -3,8 +3,8 @@
 
 use gatehouse_sdk::{
     AttestationResult, Attestor, Context, HardwareClaims, Inventory, JoinRequest, JoinRole, NoTpm,
-    NodeKeyAttestation, OpenedToken, Outcome, TimestampMs, Token, TokenExpect, TokenRole,
-    Workflow, reason, refuse,
+    NodeKeyAttestation, OpenedToken, Outcome, TimestampMs, Token, TokenExpect, TokenRole, Workflow,
+    reason, refuse,
 };
 use gatehouse_sdk_test::{MemoryTx, Op, SoftCrypto};
 use sha2::Digest as _;
@@ -254,39 +254,19 @@ fn only_a_single_use_provisioned_token_for_a_node() {
     for role in [TokenRole::Node, TokenRole::Site, TokenRole::Discovery] {
         let mut t = token_expecting(UUID);
         t.role = role;
-        assert_refused(
-            &with(t),
-            &request(Some(UUID)),
-            reason::WRONG_ROLE,
-            None,
-        );
+        assert_refused(&with(t), &request(Some(UUID)), reason::WRONG_ROLE, None);
     }
     for role in [JoinRole::Site, JoinRole::Ramdisk] {
         let mut r = request(Some(UUID));
         r.role = role;
-        assert_refused(
-            &with(token_expecting(UUID)),
-            &r,
-            reason::WRONG_ROLE,
-            None,
-        );
+        assert_refused(&with(token_expecting(UUID)), &r, reason::WRONG_ROLE, None);
     }
     let mut revoked = token_expecting(UUID);
     revoked.revoked = true;
-    assert_refused(
-        &with(revoked),
-        &request(Some(UUID)),
-        reason::REVOKED,
-        None,
-    );
+    assert_refused(&with(revoked), &request(Some(UUID)), reason::REVOKED, None);
     let mut expired = token_expecting(UUID);
     expired.expires_at = NOW;
-    assert_refused(
-        &with(expired),
-        &request(Some(UUID)),
-        reason::EXPIRED,
-        None,
-    );
+    assert_refused(&with(expired), &request(Some(UUID)), reason::EXPIRED, None);
     let mut wrong = request(Some(UUID));
     wrong.token = Some(OpenedToken {
         id: "tok_1".into(),
@@ -329,7 +309,7 @@ fn the_resolver_names_the_running_workflows_node_and_its_newest_uuid() {
     let cx = Context {
         tx: &tx,
         crypto: &SoftCrypto::new("provisioned", tx.clock()),
-            tpm: &NoTpm,
+        tpm: &NoTpm,
     };
     assert_eq!(
         super::resolve_target(&cx, &token()).unwrap(),

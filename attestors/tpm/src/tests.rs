@@ -41,7 +41,6 @@ thread_local! {
     static CSR_SHA256: Vec<u8> = sha256(b"the CSR");
 }
 
-
 /// The machine: an EK, an AK and a node key in a software TPM.
 struct Machine {
     ek_public: Vec<u8>,
@@ -293,7 +292,8 @@ fn a_bound_ek_reclaims_its_node() {
         identity_generation: 2,
     });
     let challenge = run.challenge(&attestor, &machine);
-    let Outcome::Admitted(result) = run.round2(&attestor, &machine, run.answer(&machine, &challenge))
+    let Outcome::Admitted(result) =
+        run.round2(&attestor, &machine, run.answer(&machine, &challenge))
     else {
         panic!()
     };

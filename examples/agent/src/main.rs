@@ -24,14 +24,20 @@ fn main() -> ExitCode {
     let result = match args.as_slice() {
         [command, flag, key] if command == "evidence" && flag == "--host-key" => evidence(key),
         [command, flag, key] if command == "answer" && flag == "--host-key" => answer(key),
-        _ => Err("usage: ssh-host-key-agent evidence --host-key KEY.pub\n       \
+        _ => Err(
+            "usage: ssh-host-key-agent evidence --host-key KEY.pub\n       \
                   ssh-host-key-agent answer --host-key KEY  (challenge on stdin)"
-            .to_owned()),
+                .to_owned(),
+        ),
     };
     match result {
         Ok(out) => {
             let mut stdout = std::io::stdout();
-            if stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()).is_err() {
+            if stdout
+                .write_all(out.as_bytes())
+                .and_then(|()| stdout.flush())
+                .is_err()
+            {
                 return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS

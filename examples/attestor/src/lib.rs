@@ -201,13 +201,13 @@ impl SshHostKey {
     fn answered(&self, cx: &Context<'_>, request: &JoinRequest) -> Result<Outcome, Refusal> {
         let answer: Answer = gatehouse_sdk::evidence::json(&request.attestation)?;
         let sealed = b64url::decode(&answer.state).map_err(|_| refuse(CHALLENGE_STATE))?;
-        let plaintext = cx
-            .crypto
-            .open_state(&sealed, &request.csr_sha256)
-            .map_err(|e| match e {
-                CryptoError::Expired => refuse(CHALLENGE_EXPIRED),
-                _ => refuse(CHALLENGE_STATE),
-            })?;
+        let plaintext =
+            cx.crypto
+                .open_state(&sealed, &request.csr_sha256)
+                .map_err(|e| match e {
+                    CryptoError::Expired => refuse(CHALLENGE_EXPIRED),
+                    _ => refuse(CHALLENGE_STATE),
+                })?;
         let (nonce, key) = plaintext
             .split_at_checked(NONCE_LEN)
             .ok_or_else(|| refuse(CHALLENGE_STATE))?;

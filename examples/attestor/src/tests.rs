@@ -109,10 +109,7 @@ fn an_allowed_host_key_joins_once() {
     assert_eq!(result.bindings[0].value, fingerprint);
     assert_eq!(kit.tx.uses().len(), 1);
     // The same answer again is a replay.
-    assert_eq!(
-        answer(&kit, &attestor, proof),
-        refused(CHALLENGE_REPLAYED)
-    );
+    assert_eq!(answer(&kit, &attestor, proof), refused(CHALLENGE_REPLAYED));
 }
 
 #[test]
@@ -257,7 +254,10 @@ fn configuration_is_checked_at_load() {
 #[test]
 fn ssh_formats_round_trip_and_reject_garbage() {
     let machine = Machine::new(1);
-    assert_eq!(HostKey::parse_line(&machine.line()), Some(machine.host_key()));
+    assert_eq!(
+        HostKey::parse_line(&machine.line()),
+        Some(machine.host_key())
+    );
     let armored = machine.sign(NAMESPACE, b"m");
     let parsed = SshSig::parse_armored(&armored).unwrap();
     assert_eq!(parsed.public_key, machine.host_key().blob());

@@ -123,10 +123,7 @@ fn build_command(
     packages: &[&str],
 ) -> Command {
     let mut command = Command::new(cargo);
-    command
-        .arg("build")
-        .arg("--manifest-path")
-        .arg(workspace);
+    command.arg("build").arg("--manifest-path").arg(workspace);
     if kind == Kind::Component {
         command.args(["--target", TARGET, "--profile", PROFILE]);
     }

@@ -46,7 +46,9 @@ pub enum BuildError {
         detail: String,
     },
     /// The build succeeded but produced no component for a requested package.
-    #[error("cargo built nothing for package {0} (a component needs a cdylib lib target, a binary a bin target named after the package)")]
+    #[error(
+        "cargo built nothing for package {0} (a component needs a cdylib lib target, a binary a bin target named after the package)"
+    )]
     NoComponent(String),
     /// Reading or copying a file failed.
     #[error("{}: {source}", .path.display())]

@@ -140,8 +140,7 @@ fn try_build(workspace: &Path, kind: Kind, packages: &[&str]) -> Result<Vec<Buil
                 Kind::Binary => artifact.package.clone(),
             };
             let path = copies.join(name);
-            std::fs::copy(&artifact.file, &path)
-                .map_err(|source| BuildError::io(&path, source))?;
+            std::fs::copy(&artifact.file, &path).map_err(|source| BuildError::io(&path, source))?;
             Ok(Built {
                 package: artifact.package,
                 path,

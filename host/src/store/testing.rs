@@ -3,7 +3,6 @@
 //! the test fails) when `DATABASE_URL` names a server, so tests run concurrently and
 //! repeatedly.
 
-
 use sqlx::Connection;
 
 use super::{Db, sqlite_url};

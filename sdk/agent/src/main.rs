@@ -8,10 +8,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gatehouse_agent::{
     CloudIidProducer, DEFAULT_TCTI, DiscoveryProducer, ExternalProducer, HostTpm as Tpm,
-    JOIN_TOKEN, JoinClient,
-    JoinOptions, Joined, KeyPlace, Lifecycle, NoTpmSupport, NodeKey, RenewPolicy, SiteLoop, TPM,
-    TPM_SUPPORT, TokenProducer, apply_reset, ensure_no_identity, join, load_identity_with,
-    local_claims, plan_reset, read_cmdline, write_identity,
+    JOIN_TOKEN, JoinClient, JoinOptions, Joined, KeyPlace, Lifecycle, NoTpmSupport, NodeKey,
+    RenewPolicy, SiteLoop, TPM, TPM_SUPPORT, TokenProducer, apply_reset, ensure_no_identity, join,
+    load_identity_with, local_claims, plan_reset, read_cmdline, write_identity,
 };
 use gatehouse_proto::cloud_iid::{CLOUD_IID, Provider};
 use gatehouse_proto::{Claims, JoinTrust, Role, TokenString};
@@ -872,9 +871,16 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
                 NodeKey::generate_for_host(tpm.as_ref()).map_err(|e| Failure::Join(e.into()))?;
             let mut producer =
                 ExternalProducer::new(&args.attestor, args.role, evidence, args.producer.clone());
-            let joined = join(&client, &trust, &mut producer, token.as_ref(), &key, &options)
-                .await
-                .map_err(join_failure)?;
+            let joined = join(
+                &client,
+                &trust,
+                &mut producer,
+                token.as_ref(),
+                &key,
+                &options,
+            )
+            .await
+            .map_err(join_failure)?;
             (key, joined)
         }
         (Credential::Document(evidence), tpm) => {

@@ -286,7 +286,8 @@ mod tests {
     fn external_producer_sends_the_file_and_runs_the_command_per_challenge() {
         let command = r#"printf '%s|%s|%s|%s|' "$GATEHOUSE_ATTESTOR" "$GATEHOUSE_ROUND" \
             "$GATEHOUSE_NOT_AFTER" "$GATEHOUSE_CSR_SHA256"; cat; test -z "$HOME""#;
-        let mut p = ExternalProducer::new("mine", Role::Node, b"first".to_vec(), Some(command.into()));
+        let mut p =
+            ExternalProducer::new("mine", Role::Node, b"first".to_vec(), Some(command.into()));
         assert_eq!(p.attestor(), "mine");
         assert_eq!(p.evidence(b"csr").unwrap(), b"first");
         let answer = p.answer(&challenge(b"\x00payload\xff"), b"csr").unwrap();
@@ -294,9 +295,16 @@ mod tests {
         let fields: Vec<&str> = text.splitn(5, '|').collect();
         assert_eq!(&fields[..3], ["mine", "2", "1790000000000"]);
         let csr_sha256 = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, b"csr");
-        let hex: String = csr_sha256.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = csr_sha256
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         assert_eq!(fields[3], hex, "the CSR hash in hex");
-        assert!(answer.ends_with(b"\x00payload\xff"), "the payload, byte for byte");
+        assert!(
+            answer.ends_with(b"\x00payload\xff"),
+            "the payload, byte for byte"
+        );
         // A second challenge is round 3.
         let again = p.answer(&challenge(b""), b"csr").unwrap();
         assert!(again.starts_with(b"mine|3|"));
@@ -309,17 +317,30 @@ mod tests {
             none.answer(&challenge(b"x"), b"csr"),
             Err(ProducerError::NoChallenges { .. })
         ));
-        let mut failing =
-            ExternalProducer::new("mine", Role::Node, vec![], Some("echo no key >&2; exit 7".into()));
-        let error = failing.answer(&challenge(b"x"), b"csr").unwrap_err().to_string();
-        assert!(error.contains("exit status: 7") && error.contains("no key"), "{error}");
+        let mut failing = ExternalProducer::new(
+            "mine",
+            Role::Node,
+            vec![],
+            Some("echo no key >&2; exit 7".into()),
+        );
+        let error = failing
+            .answer(&challenge(b"x"), b"csr")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("exit status: 7") && error.contains("no key"),
+            "{error}"
+        );
         let mut flood = ExternalProducer::new(
             "mine",
             Role::Node,
             vec![],
             Some(format!("head -c {} /dev/zero", MAX_ANSWER + 1)),
         );
-        let error = flood.answer(&challenge(b"x"), b"csr").unwrap_err().to_string();
+        let error = flood
+            .answer(&challenge(b"x"), b"csr")
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("more than"), "{error}");
     }
 }

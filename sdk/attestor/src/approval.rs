@@ -81,7 +81,10 @@ impl Approved {
             .consume_join_request(&self.row.id)
             .map_err(|_| refusal(reason::JOIN_REQUEST_EXPIRED))?;
         cx.tx
-            .kv_put(&self.key, format!("{USED_PREFIX}{}", self.row.id).as_bytes())
+            .kv_put(
+                &self.key,
+                format!("{USED_PREFIX}{}", self.row.id).as_bytes(),
+            )
             .map_err(|_| refusal(reason::STORAGE))?;
         Ok(self.row)
     }

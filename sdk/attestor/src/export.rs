@@ -7,9 +7,10 @@ use std::marker::PhantomData;
 use crate::wit::better_compute::attestor::{crypto, tpm, transaction};
 use crate::wit::exports::better_compute::attestor::verifier::Guest;
 use crate::{
-    Attestor, Context, Crypto, CryptoError, Info, NoTpm, Tpm, Inventory, JoinRequest, JoinRequestRow, Lease,
-    Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, TpmCredential, TpmError,
-    TpmPcrValue, TpmPublicInfo, Tx, TxError, UseError, VerifiedChain, Workflow, reason, refuse,
+    Attestor, Context, Crypto, CryptoError, Info, Inventory, JoinRequest, JoinRequestRow, Lease,
+    NoTpm, Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, Tpm, TpmCredential,
+    TpmError, TpmPcrValue, TpmPublicInfo, Tx, TxError, UseError, VerifiedChain, Workflow, reason,
+    refuse,
 };
 
 /// The exported `verifier` for attestor `T`.

@@ -35,7 +35,8 @@ pub struct SoftCrypto {
 impl SoftCrypto {
     /// Cryptography for attestor `attestor`, sealing by `clock`.
     pub fn new(attestor: &str, clock: Clock) -> Self {
-        let key: [u8; 32] = sha2::Sha256::digest(format!("gatehouse-sdk-test key {attestor}")).into();
+        let key: [u8; 32] =
+            sha2::Sha256::digest(format!("gatehouse-sdk-test key {attestor}")).into();
         SoftCrypto {
             attestor: attestor.into(),
             clock,
@@ -62,7 +63,13 @@ impl SoftCrypto {
         }
     }
 
-    fn tag(&self, nonce: &[u8], not_after: TimestampMs, binding: &[u8], ciphertext: &[u8]) -> Vec<u8> {
+    fn tag(
+        &self,
+        nonce: &[u8],
+        not_after: TimestampMs,
+        binding: &[u8],
+        ciphertext: &[u8],
+    ) -> Vec<u8> {
         let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key) else {
             return Vec::new();
         };
@@ -121,7 +128,13 @@ impl gatehouse_sdk::Crypto for SoftCrypto {
         let mut ciphertext = plaintext.to_vec();
         self.xor(nonce, &mut ciphertext);
         let tag = self.tag(nonce, not_after, binding, &ciphertext);
-        [nonce, &not_after.to_be_bytes()[..], &ciphertext[..], &tag[..]].concat()
+        [
+            nonce,
+            &not_after.to_be_bytes()[..],
+            &ciphertext[..],
+            &tag[..],
+        ]
+        .concat()
     }
 
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError> {
@@ -157,8 +170,8 @@ pub(crate) fn verify_signature(
     message: &[u8],
     signature: &[u8],
 ) -> Result<(), CryptoError> {
-    use p256::pkcs8::DecodePublicKey as _;
     use p256::ecdsa::signature::Verifier as _;
+    use p256::pkcs8::DecodePublicKey as _;
     let bad = |_| CryptoError::BadSignature;
     match scheme {
         SignatureScheme::EcdsaP256Sha256Fixed | SignatureScheme::EcdsaP256Sha256Der => {
@@ -184,8 +197,7 @@ pub(crate) fn verify_signature(
             }
             if scheme == SignatureScheme::RsaPkcs1Sha256 {
                 let key = rsa::pkcs1v15::VerifyingKey::<sha2::Sha256>::new(key);
-                let signature =
-                    rsa::pkcs1v15::Signature::try_from(signature).map_err(malformed)?;
+                let signature = rsa::pkcs1v15::Signature::try_from(signature).map_err(malformed)?;
                 key.verify(message, &signature).map_err(bad)
             } else {
                 let key = rsa::pss::VerifyingKey::<sha2::Sha256>::new(key);
@@ -252,7 +264,9 @@ pub(crate) fn verify_chain(
     at: TimestampMs,
 ) -> Result<VerifiedChain, CryptoError> {
     if chain.is_empty() || chain.len() > MAX_CHAIN {
-        return Err(CryptoError::Malformed("a chain of 1 to 8 certificates".into()));
+        return Err(CryptoError::Malformed(
+            "a chain of 1 to 8 certificates".into(),
+        ));
     }
     let certs = chain
         .iter()

@@ -1,8 +1,7 @@
 //! Building join requests and token rows for tests.
 
 use gatehouse_sdk::{
-    HardwareClaims, JoinRequest, JoinRole, OpenedToken, TimestampMs, Token, TokenExpect,
-    TokenRole,
+    HardwareClaims, JoinRequest, JoinRole, OpenedToken, TimestampMs, Token, TokenExpect, TokenRole,
 };
 use sha2::Digest as _;
 

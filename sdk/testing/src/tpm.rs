@@ -125,8 +125,8 @@ impl SoftTpm {
     /// certificates chain to.
     pub fn manufacturer_root() -> Result<Vec<u8>, String> {
         let key = ca_key();
-        let spki = SubjectPublicKeyInfoOwned::from_key(*key.verifying_key())
-            .map_err(|e| e.to_string())?;
+        let spki =
+            SubjectPublicKeyInfoOwned::from_key(*key.verifying_key()).map_err(|e| e.to_string())?;
         let name = Name::from_str("CN=gatehouse-sdk-test EK root").map_err(|e| e.to_string())?;
         let builder =
             CertificateBuilder::new(Profile::Root, serial(1)?, validity()?, name, spki, &key)
@@ -219,18 +219,25 @@ impl gatehouse_sdk::Tpm for SoftTpm {
                 digest: p.digest.clone(),
             })
             .collect();
-        gatehouse_tpm::verify_quote(&RustCryptoVerifier, ak_public, quote, signature, &pcrs, nonce)
-            .map(|covered| {
-                covered
-                    .into_iter()
-                    .map(|p| TpmPcrValue {
-                        hash_alg: p.hash_alg,
-                        index: p.index,
-                        digest: p.digest,
-                    })
-                    .collect()
-            })
-            .map_err(wit)
+        gatehouse_tpm::verify_quote(
+            &RustCryptoVerifier,
+            ak_public,
+            quote,
+            signature,
+            &pcrs,
+            nonce,
+        )
+        .map(|covered| {
+            covered
+                .into_iter()
+                .map(|p| TpmPcrValue {
+                    hash_alg: p.hash_alg,
+                    index: p.index,
+                    digest: p.digest,
+                })
+                .collect()
+        })
+        .map_err(wit)
     }
 
     fn verify_certify(

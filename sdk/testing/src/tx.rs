@@ -325,17 +325,20 @@ impl MemoryTx {
     // Rounds.
 
     /// The tables, to restore after a round.
+    #[cfg(feature = "tpm")]
     pub(crate) fn snapshot(&self) -> Tables {
         let mut tables = self.tables.borrow_mut();
         tables.locked.clear();
         tables.clone()
     }
     /// Puts the tables back as they were (a refused round).
+    #[cfg(feature = "tpm")]
     pub(crate) fn restore(&self, before: Tables) {
         *self.tables.borrow_mut() = before;
     }
     /// Keeps only the attestor's own rows written since `before`: join requests it opened
     /// and its key/value space (a deferred round).
+    #[cfg(feature = "tpm")]
     pub(crate) fn restore_spends(&self, mut before: Tables) {
         let mut tables = self.tables.borrow_mut();
         for (id, row) in &tables.join_requests {
@@ -378,7 +381,9 @@ impl Tx for MemoryTx {
         self.check(Op::ConsumeToken)?;
         let mut tables = self.tables.borrow_mut();
         if !tables.locked.contains(id) {
-            return Err(invalid("the token was not read with lock-token in this round"));
+            return Err(invalid(
+                "the token was not read with lock-token in this round",
+            ));
         }
         let token = tables
             .tokens

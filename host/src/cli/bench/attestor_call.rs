@@ -12,9 +12,9 @@ use gatehouse_sdk::Attestor as _;
 use sha2::{Digest, Sha256};
 
 use super::memory::MemoryStore;
-use crate::pki::native::NativeCrypto;
 use crate::imports::Session;
 use crate::pki::Pki;
+use crate::pki::native::NativeCrypto;
 use crate::runtime::bindings::transaction::{Token, TokenExpect};
 use crate::runtime::bindings::types::{self as wit, TokenRole};
 use crate::runtime::{Runtime, RuntimeConfig};
