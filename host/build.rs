@@ -2,8 +2,9 @@
 //! `$OUT_DIR/builtin_attestors.rs` with `BUILTIN_ATTESTORS`, `(package, component bytes)` for
 //! each, which `src/app.rs` includes.
 //!
-//! The nested cargo builds only the attestor packages, which depend on the SDK and never on
-//! this crate, so building the host does not recurse.
+//! The nested cargo builds only packages of the components' workspace (`attestors/Cargo.toml`),
+//! which depend on the SDK and never on this crate, so building the host does not recurse; one
+//! build makes every built-in attestor and the benchmark's component.
 
 use std::fmt::Write as _;
 
@@ -14,28 +15,21 @@ const BUILTIN: &[&str] = &[
     "gatehouse-attestor-cloud-iid",
     "gatehouse-attestor-tpm",
     "gatehouse-attestor-discovery",
+    "gatehouse-attestor-provisioned",
 ];
-
-/// Built-in attestors that embed join-token's token checks (its crate without the `component`
-/// feature). They are built in a target directory of their own: in one nested cargo with
-/// join-token itself, feature unification would turn `component` on for them too (two exports
-/// of the verifier), and a cdylib's file name has no hash, so the two builds of join-token
-/// would overwrite each other.
-const BUILTIN_EMBEDDING_JOIN_TOKEN: &[&str] = &["gatehouse-attestor-provisioned"];
 
 /// Components `gatehouse bench` loads beside the built-in attestors, never built in.
 const BENCH: &[&str] = &["gatehouse-bench-tpm-verify"];
 
 fn main() {
     let packages: Vec<&str> = BUILTIN.iter().chain(BENCH).copied().collect();
-    let all = gatehouse_build_support::build_components(&packages);
-    let (bench, mut built): (Vec<_>, Vec<_>) = all
+    let all = gatehouse_build_support::build_components(
+        std::path::Path::new("../attestors/Cargo.toml"),
+        &packages,
+    );
+    let (bench, built): (Vec<_>, Vec<_>) = all
         .into_iter()
         .partition(|c| BENCH.contains(&c.package.as_str()));
-    built.extend(gatehouse_build_support::build_components_in(
-        "components-embedding",
-        BUILTIN_EMBEDDING_JOIN_TOKEN,
-    ));
     let mut source = String::from(
         "/// The built-in attestors: `(package, component)`, built from this workspace.\n\
          pub static BUILTIN_ATTESTORS: &[(&str, &[u8])] = &[\n",

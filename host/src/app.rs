@@ -456,10 +456,14 @@ pub mod dev {
                 created.push(path.clone());
             }
         }
+        // Where a third-party attestor is dropped (`<data dir>/attestors/<any name>.wasm`): the
+        // dev host loads what is there when it starts.
+        let attestors = dir.join("attestors");
+        fs::create_dir_all(&attestors).map_err(io(&attestors))?;
         let config = dir.join("gatehouse.toml");
         if !config.exists() {
             let text = format!(
-                "# Written by `gatehouse serve --dev`.\ndata_dir = {dir:?}\nlisten = {listen:?}\npki_bundle = \"pki.json\"\nsecret_file = \"secret\"\nadmin_key_file = \"admin.key\"\n\n[tls]\ncert = \"tls/server.pem\"\nkey = \"tls/server.key\"\n",
+                "# Written by `gatehouse serve --dev`.\ndata_dir = {dir:?}\nlisten = {listen:?}\npki_bundle = \"pki.json\"\nsecret_file = \"secret\"\nadmin_key_file = \"admin.key\"\n\n[tls]\ncert = \"tls/server.pem\"\nkey = \"tls/server.key\"\n\n[runtime]\n# Components dropped here are loaded at start, beside (or replacing, by id) the built-ins.\nattestors_dir = \"attestors\"\n",
                 dir = dir.display().to_string(),
             );
             write_new(&config, text.as_bytes(), 0o600)?;

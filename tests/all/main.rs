@@ -25,6 +25,7 @@ mod renew;
 mod response;
 mod sandbox;
 mod soak;
+mod third_party;
 mod tpm;
 mod transactions;
 mod x509pop;

@@ -1,24 +1,21 @@
 //! Real, public evidence (`tests/vectors`, each file's origin and OpenSSL check in its
 //! `PROVENANCE.md`) through the code production runs: the cloud-iid attestor (the crate the
 //! built-in component is built from) with the host's own verification functions
-//! (`gatehouse::pki::verify`, what the component's `crypto` import calls) and a transaction
-//! whose clock is set to the document's time, with `maxAgeMs` wide enough that age is not what
+//! (`gatehouse::pki::native`, what the component's `crypto` import calls) and the SDK test
+//! kit's transaction with its clock set to the document's time, with `maxAgeMs` wide enough that age is not what
 //! is tested. Every vector is admitted, and refused with one byte changed.
 //!
 //! The host's database clock cannot be set, which is why these run the attestor natively
 //! rather than through a running host: the real signer certificates expired years ago.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::sync::OnceLock;
 
-use gatehouse::pki::verify::{self, Scheme};
+use gatehouse::pki::Pki;
+use gatehouse::pki::native::NativeCrypto;
 use gatehouse_attestor_cloud_iid::CloudIid;
 use gatehouse_proto::cloud_iid::{CloudIidEvidence, Provider};
-use gatehouse_sdk::{
-    Attestor, Context, Crypto, CryptoError, HardwareClaims, Inventory, JoinRequest, JoinRequestRow,
-    JoinRole, Lease, Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, Tx, TxError,
-    UseError, VerifiedChain, Workflow,
-};
+use gatehouse_sdk::{Attestor, Context, HardwareClaims, JoinRequest, JoinRole, NoTpm, Outcome};
+use gatehouse_sdk_test::MemoryTx;
 use serde_json::{Value, json};
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/vectors");
@@ -28,126 +25,10 @@ fn vector(path: &str) -> String {
     std::fs::read_to_string(format!("{VECTORS}/{path}")).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// The host's verification, as the `crypto` import maps it (no sealing: cloud-iid seals
-/// nothing).
-struct HostCrypto;
-
-impl Crypto for HostCrypto {
-    fn sha256(&self, data: &[u8]) -> Vec<u8> {
-        verify::sha256(data).to_vec()
-    }
-    fn verify_signature(
-        &self,
-        scheme: SignatureScheme,
-        spki: &[u8],
-        message: &[u8],
-        signature: &[u8],
-    ) -> Result<(), CryptoError> {
-        let scheme = match scheme {
-            SignatureScheme::EcdsaP256Sha256Fixed => Scheme::EcdsaP256Sha256Fixed,
-            SignatureScheme::EcdsaP256Sha256Der => Scheme::EcdsaP256Sha256Der,
-            SignatureScheme::EcdsaP384Sha384Der => Scheme::EcdsaP384Sha384Der,
-            SignatureScheme::RsaPkcs1Sha256 => Scheme::RsaPkcs1Sha256,
-            SignatureScheme::RsaPssSha256 => Scheme::RsaPssSha256,
-            SignatureScheme::Ed25519 => Scheme::Ed25519,
-        };
-        verify::verify_signature(scheme, spki, message, signature).map_err(|e| match e {
-            verify::VerifyError::BadSignature => CryptoError::BadSignature,
-            other => CryptoError::Malformed(other.to_string()),
-        })
-    }
-    fn verify_chain(
-        &self,
-        chain: &[Vec<u8>],
-        roots: &[Vec<u8>],
-        at: TimestampMs,
-    ) -> Result<VerifiedChain, CryptoError> {
-        verify::verify_chain(chain, roots, at)
-            .map(|v| VerifiedChain {
-                leaf_spki: v.leaf_spki,
-                leaf_not_after: v.leaf_not_after_ms,
-                root_index: v.root_index,
-            })
-            .map_err(|e| CryptoError::Malformed(e.to_string()))
-    }
-    fn seal_state(&self, _: &[u8], _: &[u8]) -> Vec<u8> {
-        unimplemented!("cloud-iid seals nothing")
-    }
-    fn open_state(&self, _: &[u8], _: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        unimplemented!("cloud-iid seals nothing")
-    }
-}
-
-/// A transaction at a chosen time with an in-memory single-use ledger; anything else
-/// cloud-iid must not touch panics.
-struct ClockTx {
-    now: Cell<TimestampMs>,
-    uses: RefCell<HashMap<String, TimestampMs>>,
-}
-
-impl ClockTx {
-    fn at(now: TimestampMs) -> Self {
-        ClockTx {
-            now: Cell::new(now),
-            uses: RefCell::default(),
-        }
-    }
-}
-
-impl Tx for ClockTx {
-    fn now(&self) -> TimestampMs {
-        self.now.get()
-    }
-    fn lock_token(&self, _: &str) -> Result<Option<Token>, TxError> {
-        unimplemented!()
-    }
-    fn consume_token(&self, _: &str) -> Result<u32, TxError> {
-        unimplemented!()
-    }
-    fn node(&self, _: &str) -> Result<Option<Node>, TxError> {
-        unimplemented!()
-    }
-    fn node_cert(&self, _: &[u8]) -> Result<Option<NodeCert>, TxError> {
-        unimplemented!()
-    }
-    fn bound_node(&self, _: &str, _: &str) -> Result<Option<String>, TxError> {
-        unimplemented!()
-    }
-    fn lease(&self, _: &str) -> Result<Option<Lease>, TxError> {
-        unimplemented!()
-    }
-    fn newest_inventory(&self, _: &str) -> Result<Option<Inventory>, TxError> {
-        unimplemented!()
-    }
-    fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
-        unimplemented!()
-    }
-    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
-        let mut uses = self.uses.borrow_mut();
-        if uses.get(subject).is_some_and(|e| *e > self.now.get()) {
-            return Err(UseError::Reused);
-        }
-        uses.insert(subject.to_owned(), expires_at);
-        Ok(())
-    }
-    fn open_join_request(&self, _: &str, _: &str) -> Result<JoinRequestRow, TxError> {
-        unimplemented!()
-    }
-    fn join_request(&self, _: &str) -> Result<Option<JoinRequestRow>, TxError> {
-        unimplemented!()
-    }
-    fn consume_join_request(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!()
-    }
-    fn kv_get(&self, _: &str) -> Result<Option<Vec<u8>>, TxError> {
-        unimplemented!()
-    }
-    fn kv_put(&self, _: &str, _: &[u8]) -> Result<(), TxError> {
-        unimplemented!()
-    }
-    fn kv_delete(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!()
-    }
+/// The host's PKI, for the host's own verification functions (cloud-iid seals nothing).
+fn pki() -> &'static Pki {
+    static PKI: OnceLock<Pki> = OnceLock::new();
+    PKI.get_or_init(|| Pki::generate("vectors.invalid").unwrap())
 }
 
 /// cloud-iid configured with `providers`, admitting `account` of `provider` into `t1`.
@@ -162,7 +43,7 @@ fn attestor(providers: Value, provider: Provider, account: &str) -> CloudIid {
 
 /// The outcome of one join with `evidence` at `now`; `node_key_sha256` is the CSR key's hash.
 fn join(attestor: &CloudIid, evidence: &CloudIidEvidence, now: i64, node_key: [u8; 32]) -> Outcome {
-    let tx = ClockTx::at(now);
+    let tx = MemoryTx::new(now);
     let request = JoinRequest {
         attestor: "cloud-iid".into(),
         role: JoinRole::Node,
@@ -180,7 +61,11 @@ fn join(attestor: &CloudIid, evidence: &CloudIidEvidence, now: i64, node_key: [u
     attestor.verify(
         &Context {
             tx: &tx,
-            crypto: &HostCrypto,
+            crypto: &NativeCrypto {
+                pki: pki(),
+                attestor: "cloud-iid",
+            },
+            tpm: &NoTpm,
         },
         &request,
     )

@@ -1,6 +1,8 @@
-//! Builds every fixture in `tests/fixtures` and the built-in attestors into components, and
-//! writes `$OUT_DIR/components.rs`: a `pub const <NAME>: &str` path per component and the
-//! `foreach_fixture!` macro.
+//! Builds every fixture in `tests/fixtures` and the built-in attestors into components (one
+//! nested cargo over the components' workspace, `attestors/Cargo.toml`), the third-party
+//! example (`examples/attestor`, its own workspace, and `examples/agent`, its native machine
+//! side), and writes `$OUT_DIR/components.rs`: a `pub const <NAME>: &str` path per artifact and
+//! the `foreach_fixture!` macro.
 //!
 //! Fixtures are found by directory (`tests/fixtures/<name>` is package
 //! `gatehouse-fixture-<name>`), so a new fixture is built, and must be tested, without an
@@ -9,7 +11,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use gatehouse_build_support::{Built, build_components, build_components_in};
+use gatehouse_build_support::{Built, build_binaries, build_components};
 
 /// The built-in attestors, beside the fixtures: `(constant, package)`.
 const ATTESTORS: &[(&str, &str)] = &[
@@ -18,8 +20,10 @@ const ATTESTORS: &[(&str, &str)] = &[
     ("TPM", "gatehouse-attestor-tpm"),
 ];
 
-/// The crate a fixture depends on to embed join-token's decision in a component of its own.
-const JOIN_TOKEN_CRATE: &str = "gatehouse-attestor-join-token";
+/// The example attestor's package (`examples/attestor`) and its machine side's
+/// (`examples/agent`, a binary of the same name).
+const EXAMPLE_ATTESTOR: &str = "ssh-host-key-attestor";
+const EXAMPLE_AGENT: &str = "ssh-host-key-agent";
 
 /// A fixture crate.
 struct Fixture {
@@ -27,8 +31,6 @@ struct Fixture {
     name: String,
     /// `gatehouse-fixture-<name>`.
     package: String,
-    /// Whether it depends on the join-token crate (without its `component` feature).
-    embeds_join_token: bool,
 }
 
 fn main() {
@@ -37,27 +39,42 @@ fn main() {
     println!("cargo:rerun-if-changed={}", fixtures_dir.display());
     let fixtures = fixtures(&fixtures_dir);
 
-    // join-token built with its `component` feature and without it must not share a target
-    // directory (a cdylib's file name has no hash, so one overwrites the other): fixtures that
-    // embed the crate get a directory of their own.
-    let mut shared: Vec<&str> = ATTESTORS.iter().map(|(_, package)| *package).collect();
-    shared.extend(
-        fixtures
-            .iter()
-            .filter(|f| !f.embeds_join_token)
-            .map(|f| f.package.as_str()),
+    let mut packages: Vec<&str> = ATTESTORS.iter().map(|(_, package)| *package).collect();
+    packages.extend(fixtures.iter().map(|f| f.package.as_str()));
+    let built = build_components(Path::new("../../attestors/Cargo.toml"), &packages);
+    // The example is built as a third party builds it: from its own workspace, against the SDK
+    // as a path dependency. It shares the nested target directory, so the SDK's dependencies
+    // compiled for the components above are reused where their versions agree.
+    let example = build_components(
+        Path::new("../../examples/attestor/Cargo.toml"),
+        &[EXAMPLE_ATTESTOR],
     );
-    let embedding: Vec<&str> = fixtures
-        .iter()
-        .filter(|f| f.embeds_join_token)
-        .map(|f| f.package.as_str())
-        .collect();
-    let mut built = build_components(&shared);
-    if !embedding.is_empty() {
-        built.extend(build_components_in("components-embedding", &embedding));
-    }
+    let agent = build_binaries(
+        Path::new("../../examples/agent/Cargo.toml"),
+        &[EXAMPLE_AGENT],
+    );
 
-    let source = generate(&fixtures, &built);
+    let mut source = generate(&fixtures, &built);
+    for (constant, what, artifacts) in [
+        (
+            "EXAMPLE_ATTESTOR",
+            "the example attestor's component (`examples/attestor`)",
+            &example,
+        ),
+        (
+            "EXAMPLE_AGENT",
+            "the example's machine side, an executable (`examples/agent`)",
+            &agent,
+        ),
+    ] {
+        for artifact in artifacts {
+            let _ = writeln!(
+                source,
+                "/// {what}.\npub const {constant}: &str = {:?};",
+                artifact.path.to_string_lossy()
+            );
+        }
+    }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("components.rs");
     if let Err(error) = std::fs::write(&out, source) {
         panic!("writing {}: {error}", out.display());
@@ -79,29 +96,12 @@ fn fixtures(dir: &Path) -> Vec<Fixture> {
             println!("cargo:rerun-if-changed={}", manifest.display());
             Fixture {
                 package: format!("gatehouse-fixture-{name}"),
-                embeds_join_token: depends_on(&manifest, JOIN_TOKEN_CRATE),
                 name,
             }
         })
         .collect();
     fixtures.sort_by(|a, b| a.name.cmp(&b.name));
     fixtures
-}
-
-/// Whether the manifest at `path` lists `dependency` in `[dependencies]`.
-fn depends_on(path: &Path, dependency: &str) -> bool {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) => panic!("reading {}: {error}", path.display()),
-    };
-    let manifest: toml::Table = match text.parse() {
-        Ok(manifest) => manifest,
-        Err(error) => panic!("parsing {}: {error}", path.display()),
-    };
-    manifest
-        .get("dependencies")
-        .and_then(toml::Value::as_table)
-        .is_some_and(|deps| deps.contains_key(dependency))
 }
 
 /// The constants and the macro.

@@ -140,7 +140,6 @@ impl Attestor for CloudIid {
     }
 }
 
-#[cfg(feature = "component")]
 gatehouse_sdk::export_attestor!(CloudIid);
 
 impl CloudIid {
@@ -575,5 +574,4 @@ fn parse_azure_time(s: &str) -> Option<i64> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use cms::builder::{SignedDataBuilder, SignerInfoBuilder};
 use cms::cert::{CertificateChoices, IssuerAndSerialNumber};
 use cms::signed_data::{EncapsulatedContentInfo, SignerIdentifier};
-use der::asn1::OctetString;
+use der::asn1::{GeneralizedTime, OctetString};
 use der::{Decode as _, Encode as _};
 use gatehouse_proto::cloud_iid::{CloudIidEvidence, Provider};
 use gatehouse_sdk::b64url;
@@ -26,7 +26,7 @@ use x509_cert::Certificate;
 use x509_cert::builder::{Builder as _, CertificateBuilder, Profile};
 use x509_cert::name::Name;
 use x509_cert::serial_number::SerialNumber;
-use x509_cert::time::Validity;
+use x509_cert::time::{Time, Validity};
 
 pub use p256::ecdsa::SigningKey as EcKey;
 pub use rsa::RsaPrivateKey as RsaKey;
@@ -147,7 +147,15 @@ pub fn gcp_claims(audience: &str, project: &str, instance: &str, iat_ms: i64) ->
 pub fn certificate(key: &RsaKey, cn: &str, issuer: Option<(&RsaKey, &[u8])>) -> Vec<u8> {
     let subject = Name::from_str(&format!("CN={cn}")).unwrap();
     let spki = SubjectPublicKeyInfoOwned::from_key(key.to_public_key()).unwrap();
-    let validity = Validity::from_now(Duration::from_secs(10 * 365 * 86_400)).unwrap();
+    // A fixed window (2020 to 2099), not "from now": the unit tests decide at a fixed database
+    // time, and the integration tests at the host's; both fall inside it.
+    let at = |secs| {
+        Time::GeneralTime(GeneralizedTime::from_unix_duration(Duration::from_secs(secs)).unwrap())
+    };
+    let validity = Validity {
+        not_before: at(1_577_836_800),
+        not_after: at(4_102_358_400),
+    };
     let serial = SerialNumber::from(u32::from(cn.len() as u8) * 7919 + 1);
     match issuer {
         None => {

@@ -2,19 +2,12 @@
 //! minted by test keys standing in for each provider: admission, every refusal, the
 //! configuration, BER and the timestamp formats.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use der::{Decode as _, Encode as _};
 use gatehouse_proto::cloud_iid::{CloudIidEvidence, Provider};
-use gatehouse_sdk::{
-    Crypto, CryptoError, HardwareClaims, Inventory, JoinRequestRow, JoinRole, Lease, Node,
-    NodeCert, OpenedToken, SignatureScheme, Token, Tx, TxError, VerifiedChain, Workflow,
-};
-use rsa::pkcs8::DecodePublicKey as _;
+use gatehouse_sdk::{HardwareClaims, JoinRole, NoTpm, OpenedToken};
+use gatehouse_sdk_test::{Clock, MemoryTx, Op, SoftCrypto};
 use serde_json::{Value, json};
-use sha2::Digest as _;
 
 use super::*;
 use crate::mint::{self, Providers, Sign};
@@ -28,170 +21,14 @@ fn keys() -> &'static Providers {
     KEYS.get_or_init(Providers::new)
 }
 
-/// The single-use ledger of one transaction and its clock. Operations cloud-iid must not use
-/// panic.
-struct FakeTx {
-    now: Cell<TimestampMs>,
-    uses: RefCell<HashMap<String, TimestampMs>>,
-    fail_use: Cell<bool>,
+/// A transaction at [`NOW`] with an empty single-use ledger.
+fn new_tx() -> MemoryTx {
+    MemoryTx::new(NOW)
 }
 
-impl FakeTx {
-    fn new() -> Self {
-        FakeTx {
-            now: Cell::new(NOW),
-            uses: RefCell::default(),
-            fail_use: Cell::new(false),
-        }
-    }
-}
-
-impl Tx for FakeTx {
-    fn now(&self) -> TimestampMs {
-        self.now.get()
-    }
-    fn lock_token(&self, _: &str) -> Result<Option<Token>, TxError> {
-        unimplemented!("cloud-iid locks no token")
-    }
-    fn consume_token(&self, _: &str) -> Result<u32, TxError> {
-        unimplemented!("cloud-iid spends no token")
-    }
-    fn node(&self, _: &str) -> Result<Option<Node>, TxError> {
-        unimplemented!("cloud-iid reads no node")
-    }
-    fn node_cert(&self, _: &[u8]) -> Result<Option<NodeCert>, TxError> {
-        unimplemented!("cloud-iid reads no certificate")
-    }
-    fn bound_node(&self, _: &str, _: &str) -> Result<Option<String>, TxError> {
-        unimplemented!("cloud-iid reads no binding")
-    }
-    fn lease(&self, _: &str) -> Result<Option<Lease>, TxError> {
-        unimplemented!("cloud-iid reads no lease")
-    }
-    fn newest_inventory(&self, _: &str) -> Result<Option<Inventory>, TxError> {
-        unimplemented!("cloud-iid reads no inventory")
-    }
-    fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
-        unimplemented!("cloud-iid reads no workflow")
-    }
-    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
-        if self.fail_use.get() {
-            return Err(UseError::Storage);
-        }
-        let mut uses = self.uses.borrow_mut();
-        if uses.get(subject).is_some_and(|e| *e > self.now.get()) {
-            return Err(UseError::Reused);
-        }
-        uses.insert(subject.to_owned(), expires_at);
-        Ok(())
-    }
-    fn open_join_request(&self, _: &str, _: &str) -> Result<JoinRequestRow, TxError> {
-        unimplemented!("cloud-iid opens no join request")
-    }
-    fn join_request(&self, _: &str) -> Result<Option<JoinRequestRow>, TxError> {
-        unimplemented!("cloud-iid reads no join request")
-    }
-    fn consume_join_request(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!("cloud-iid consumes no join request")
-    }
-    fn kv_get(&self, _: &str) -> Result<Option<Vec<u8>>, TxError> {
-        unimplemented!("cloud-iid keeps no state")
-    }
-    fn kv_put(&self, _: &str, _: &[u8]) -> Result<(), TxError> {
-        unimplemented!("cloud-iid keeps no state")
-    }
-    fn kv_delete(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!("cloud-iid keeps no state")
-    }
-}
-
-/// SHA-256, RS256 / ES256 verification over an SPKI (refusing a key of the wrong type, as the
-/// host does), and a one-level chain check by RSA signature (validity times are the host's
-/// tests' concern).
-struct FakeCrypto;
-
-impl Crypto for FakeCrypto {
-    fn sha256(&self, data: &[u8]) -> Vec<u8> {
-        sha2::Sha256::digest(data).to_vec()
-    }
-    fn verify_signature(
-        &self,
-        scheme: SignatureScheme,
-        spki: &[u8],
-        message: &[u8],
-        signature: &[u8],
-    ) -> Result<(), CryptoError> {
-        let malformed = |e: &dyn std::fmt::Display| CryptoError::Malformed(e.to_string());
-        match scheme {
-            SignatureScheme::RsaPkcs1Sha256 => {
-                use rsa::signature::Verifier as _;
-                let key =
-                    rsa::RsaPublicKey::from_public_key_der(spki).map_err(|e| malformed(&e))?;
-                let key = rsa::pkcs1v15::VerifyingKey::<sha2::Sha256>::new(key);
-                let signature =
-                    rsa::pkcs1v15::Signature::try_from(signature).map_err(|e| malformed(&e))?;
-                key.verify(message, &signature)
-                    .map_err(|_| CryptoError::BadSignature)
-            }
-            SignatureScheme::EcdsaP256Sha256Fixed => {
-                use p256::ecdsa::signature::Verifier as _;
-                let key = p256::ecdsa::VerifyingKey::from_public_key_der(spki)
-                    .map_err(|e| malformed(&e))?;
-                let signature =
-                    p256::ecdsa::Signature::from_slice(signature).map_err(|e| malformed(&e))?;
-                key.verify(message, &signature)
-                    .map_err(|_| CryptoError::BadSignature)
-            }
-            other => Err(CryptoError::Malformed(format!("{other:?} not faked"))),
-        }
-    }
-    fn verify_chain(
-        &self,
-        chain: &[Vec<u8>],
-        roots: &[Vec<u8>],
-        _: TimestampMs,
-    ) -> Result<VerifiedChain, CryptoError> {
-        let leaf = x509_cert::Certificate::from_der(&chain[0])
-            .map_err(|e| CryptoError::Malformed(e.to_string()))?;
-        for (i, root) in roots.iter().enumerate() {
-            let root = x509_cert::Certificate::from_der(root).unwrap();
-            if root.tbs_certificate.subject != leaf.tbs_certificate.issuer {
-                continue;
-            }
-            let spki = root
-                .tbs_certificate
-                .subject_public_key_info
-                .to_der()
-                .unwrap();
-            let tbs = leaf.tbs_certificate.to_der().unwrap();
-            if self
-                .verify_signature(
-                    SignatureScheme::RsaPkcs1Sha256,
-                    &spki,
-                    &tbs,
-                    leaf.signature.raw_bytes(),
-                )
-                .is_ok()
-            {
-                return Ok(VerifiedChain {
-                    leaf_spki: leaf
-                        .tbs_certificate
-                        .subject_public_key_info
-                        .to_der()
-                        .unwrap(),
-                    leaf_not_after: 0,
-                    root_index: i as u32,
-                });
-            }
-        }
-        Err(CryptoError::Untrusted)
-    }
-    fn seal_state(&self, _: &[u8], _: &[u8]) -> Vec<u8> {
-        unimplemented!("cloud-iid seals nothing")
-    }
-    fn open_state(&self, _: &[u8], _: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        unimplemented!("cloud-iid seals nothing")
-    }
+/// The kit's software cryptography at [`NOW`].
+fn crypto() -> SoftCrypto {
+    SoftCrypto::new("cloud-iid", Clock::new(NOW))
 }
 
 /// Providers' configuration plus a resolver: account `acct-<provider>` joins tenant `t1`,
@@ -233,15 +70,16 @@ fn request(attestation: Vec<u8>) -> JoinRequest {
     }
 }
 
-fn run(attestor: &CloudIid, tx: &FakeTx, req: &JoinRequest) -> Outcome {
+fn run(attestor: &CloudIid, tx: &MemoryTx, req: &JoinRequest) -> Outcome {
     let cx = Context {
         tx,
-        crypto: &FakeCrypto,
+        crypto: &SoftCrypto::new("cloud-iid", tx.clock()),
+        tpm: &NoTpm,
     };
     attestor.verify(&cx, req)
 }
 
-fn verify_evidence(tx: &FakeTx, evidence: &CloudIidEvidence) -> Outcome {
+fn verify_evidence(tx: &MemoryTx, evidence: &CloudIidEvidence) -> Outcome {
     run(&attestor(), tx, &request(mint::bytes(evidence)))
 }
 
@@ -261,7 +99,7 @@ fn evidence(p: Provider, account: &str, instance: &str, made: i64) -> CloudIidEv
 #[test]
 fn each_provider_admits_once_then_refuses_instance_reused() {
     for p in Provider::ALL {
-        let tx = FakeTx::new();
+        let tx = new_tx();
         let account = format!("acct-{p}");
         let ev = evidence(p, &account, "inst-1", NOW - MINUTE);
         let outcome = verify_evidence(&tx, &ev);
@@ -278,8 +116,8 @@ fn each_provider_admits_once_then_refuses_instance_reused() {
             "{p}"
         );
         assert_eq!(
-            tx.uses.borrow().get(&subject),
-            Some(&TimestampMs::MAX),
+            tx.uses().into_iter().find(|(s, _)| *s == subject),
+            Some((subject.clone(), TimestampMs::MAX)),
             "{p}: recorded forever"
         );
         // The same document again, and a fresh document of the same instance.
@@ -307,7 +145,7 @@ fn each_provider_admits_once_then_refuses_instance_reused() {
 fn too_old_and_future_documents_are_refused() {
     for p in Provider::ALL {
         let account = format!("acct-{p}");
-        let tx = FakeTx::new();
+        let tx = new_tx();
         let old = evidence(p, &account, "i", NOW - DEFAULT_MAX_AGE_MS as i64 - 1000);
         assert_eq!(reason_of(verify_evidence(&tx, &old)), "too-old", "{p}");
         let edge = evidence(p, &account, "i", NOW - DEFAULT_MAX_AGE_MS as i64);
@@ -321,11 +159,7 @@ fn too_old_and_future_documents_are_refused() {
             "not-yet-valid",
             "{p}"
         );
-        assert!(
-            !tx.uses
-                .borrow()
-                .contains_key(&format!("cloud:{p}:{account}:j"))
-        );
+        assert!(!tx.used(&format!("cloud:{p}:{account}:j")));
     }
 }
 
@@ -334,7 +168,7 @@ fn max_age_is_configurable_per_provider() {
     let mut config = config_json(DEFAULT_MAX_AGE_MS);
     config["providers"]["aws"]["maxAgeMs"] = json!(30 * 24 * 3_600_000u64);
     let attestor = CloudIid::configure(&config.to_string()).unwrap();
-    let tx = FakeTx::new();
+    let tx = new_tx();
     let launched_last_week = NOW - 7 * 24 * 3_600_000;
     let aws = evidence(Provider::Aws, "acct-aws", "i", launched_last_week);
     assert!(matches!(
@@ -352,20 +186,20 @@ fn max_age_is_configurable_per_provider() {
 #[test]
 fn unknown_accounts_and_unconfigured_providers_are_refused() {
     for p in Provider::ALL {
-        let tx = FakeTx::new();
+        let tx = new_tx();
         let ev = evidence(p, "someone-else", "i", NOW);
         assert_eq!(
             reason_of(verify_evidence(&tx, &ev)),
             "unknown-instance",
             "{p}"
         );
-        assert!(tx.uses.borrow().is_empty());
+        assert!(tx.uses().is_empty());
     }
     let attestor = CloudIid::configure(r#"{"resolve": []}"#).unwrap();
     for p in Provider::ALL {
         let ev = evidence(p, &format!("acct-{p}"), "i", NOW);
         assert_eq!(
-            reason_of(run(&attestor, &FakeTx::new(), &request(mint::bytes(&ev)))),
+            reason_of(run(&attestor, &new_tx(), &request(mint::bytes(&ev)))),
             "unknown-provider",
             "{p}"
         );
@@ -374,7 +208,7 @@ fn unknown_accounts_and_unconfigured_providers_are_refused() {
 
 #[test]
 fn roles_come_from_the_resolver() {
-    let tx = FakeTx::new();
+    let tx = new_tx();
     let ev = evidence(Provider::Gcp, "acct-gcp", "i", NOW);
     let mut req = request(mint::bytes(&ev));
     req.role = JoinRole::Site;
@@ -494,9 +328,9 @@ fn token_attacks_are_refused() {
         ),
     ];
     for (what, ev, expected) in cases {
-        let tx = FakeTx::new();
+        let tx = new_tx();
         assert_eq!(reason_of(verify_evidence(&tx, &ev)), expected, "{what}");
-        assert!(tx.uses.borrow().is_empty(), "{what}");
+        assert!(tx.uses().is_empty(), "{what}");
     }
 }
 
@@ -567,14 +401,14 @@ fn token_claims_are_checked() {
     ];
     for (what, ev, expected) in cases {
         assert_eq!(
-            reason_of(verify_evidence(&FakeTx::new(), &ev)),
+            reason_of(verify_evidence(&new_tx(), &ev)),
             expected,
             "{what}"
         );
     }
     // A numeric instance id reads as its decimal.
     let ev = with(&|c| c["google"]["compute_engine"]["instance_id"] = json!(4_242_424_242u64));
-    let Outcome::Admitted(result) = verify_evidence(&FakeTx::new(), &ev) else {
+    let Outcome::Admitted(result) = verify_evidence(&new_tx(), &ev) else {
         panic!("numeric instance id")
     };
     assert_eq!(
@@ -591,7 +425,7 @@ fn aws_signature_attacks_are_refused() {
     let mut swapped = good.clone();
     swapped.document = mint::aws_document("acct-aws", "i-2", NOW);
     assert_eq!(
-        reason_of(verify_evidence(&FakeTx::new(), &swapped)),
+        reason_of(verify_evidence(&new_tx(), &swapped)),
         "malformed-evidence"
     );
     // Signed by a key whose certificate is not configured.
@@ -609,7 +443,7 @@ fn aws_signature_attacks_are_refused() {
         provider: Provider::Aws,
     };
     assert_eq!(
-        reason_of(verify_evidence(&FakeTx::new(), &rogue)),
+        reason_of(verify_evidence(&new_tx(), &rogue)),
         "untrusted-signer"
     );
     // Signed by another key claiming AWS's certificate.
@@ -624,20 +458,20 @@ fn aws_signature_attacks_are_refused() {
         provider: Provider::Aws,
     };
     assert_eq!(
-        reason_of(verify_evidence(&FakeTx::new(), &forged)),
+        reason_of(verify_evidence(&new_tx(), &forged)),
         "bad-signature"
     );
     // Missing or garbled signature text.
     let mut none = good.clone();
     none.signature = None;
     assert_eq!(
-        reason_of(verify_evidence(&FakeTx::new(), &none)),
+        reason_of(verify_evidence(&new_tx(), &none)),
         "malformed-evidence"
     );
     let mut garbled = good.clone();
     garbled.signature = Some("not base64!".into());
     assert_eq!(
-        reason_of(verify_evidence(&FakeTx::new(), &garbled)),
+        reason_of(verify_evidence(&new_tx(), &garbled)),
         "malformed-evidence"
     );
     // PEM armour is accepted.
@@ -647,14 +481,14 @@ fn aws_signature_attacks_are_refused() {
         good.signature.clone().unwrap()
     ));
     assert!(matches!(
-        verify_evidence(&FakeTx::new(), &armoured),
+        verify_evidence(&new_tx(), &armoured),
         Outcome::Admitted(_)
     ));
     // A signature on a provider that takes none.
     let mut gcp = k.gcp("acct-gcp", "i", NOW);
     gcp.signature = good.signature;
     assert_eq!(
-        reason_of(verify_evidence(&FakeTx::new(), &gcp)),
+        reason_of(verify_evidence(&new_tx(), &gcp)),
         "malformed-evidence"
     );
 }
@@ -684,7 +518,7 @@ fn azure_signer_must_chain_to_a_configured_certificate() {
         signature: None,
     };
     assert_eq!(
-        reason_of(verify_evidence(&FakeTx::new(), &ev)),
+        reason_of(verify_evidence(&new_tx(), &ev)),
         "untrusted-signer"
     );
     // No signer certificate at all.
@@ -695,7 +529,7 @@ fn azure_signer_must_chain_to_a_configured_certificate() {
         signature: None,
     };
     assert_eq!(
-        reason_of(verify_evidence(&FakeTx::new(), &ev)),
+        reason_of(verify_evidence(&new_tx(), &ev)),
         "untrusted-signer"
     );
     // The signer certificate pinned directly works without a chain.
@@ -704,7 +538,7 @@ fn azure_signer_must_chain_to_a_configured_certificate() {
     let pinned = CloudIid::configure(&config.to_string()).unwrap();
     let ev = k.azure("acct-azure", "vm-1", NOW);
     assert!(matches!(
-        run(&pinned, &FakeTx::new(), &request(mint::bytes(&ev))),
+        run(&pinned, &new_tx(), &request(mint::bytes(&ev))),
         Outcome::Admitted(_)
     ));
     // Past expiresOn (6 hours after createdOn), even with a generous maxAgeMs.
@@ -712,14 +546,14 @@ fn azure_signer_must_chain_to_a_configured_certificate() {
     let lenient = CloudIid::configure(&config.to_string()).unwrap();
     let stale = k.azure("acct-azure", "vm-1", NOW - 7 * 3_600_000);
     assert_eq!(
-        reason_of(run(&lenient, &FakeTx::new(), &request(mint::bytes(&stale)))),
+        reason_of(run(&lenient, &new_tx(), &request(mint::bytes(&stale)))),
         "expired"
     );
 }
 
 #[test]
 fn malformed_requests_are_refused() {
-    let tx = FakeTx::new();
+    let tx = new_tx();
     for bytes in [
         &b""[..],
         b"{}",
@@ -745,13 +579,13 @@ fn malformed_requests_are_refused() {
         secret: vec![1],
     });
     assert_eq!(reason_of(run(&attestor(), &tx, &req)), "malformed-evidence");
-    assert!(tx.uses.borrow().is_empty());
+    assert!(tx.uses().is_empty());
 }
 
 #[test]
 fn a_ledger_failure_refuses() {
-    let tx = FakeTx::new();
-    tx.fail_use.set(true);
+    let tx = new_tx();
+    tx.fail(Op::RecordUse);
     let ev = evidence(Provider::Oidc, "acct-oidc", "i", NOW);
     assert_eq!(
         verify_evidence(&tx, &ev),
@@ -775,8 +609,7 @@ fn oidc_identity_claims_are_configurable() {
         document: mint::jwt(&claims, Some("oidc-rsa"), Sign::Rs256(&k.oidc_rsa)),
         signature: None,
     };
-    let Outcome::Admitted(result) = run(&attestor, &FakeTx::new(), &request(mint::bytes(&ev)))
-    else {
+    let Outcome::Admitted(result) = run(&attestor, &new_tx(), &request(mint::bytes(&ev))) else {
         panic!("configured claims")
     };
     assert_eq!(result.subject.as_deref(), Some("cloud:oidc:acct-oidc:m-7"));
@@ -917,7 +750,7 @@ fn ber_signed_data_verifies_like_der() {
     assert_ne!(ber, der);
     assert_eq!(pkcs7::ber_to_der(&ber).as_deref(), Some(der.as_slice()));
     let trusted = pkcs7::Trusted::from_pem(&mint::pem(&[&k.aws_cert])).unwrap();
-    let content = pkcs7::verify(&ber, None, &trusted, NOW, &FakeCrypto)
+    let content = pkcs7::verify(&ber, None, &trusted, NOW, &crypto())
         .unwrap()
         .content;
     assert_eq!(content, document.as_bytes());
@@ -1083,14 +916,14 @@ fn azure_nonce_bound_to_the_node_key() {
     let nonce = gatehouse_proto::cloud_iid::azure_nonce(&[0x22; 32]);
     let good = keys().azure_with_nonce("acct-azure", "vm-n1", NOW - MINUTE, &nonce);
     assert!(matches!(
-        run(&attestor, &FakeTx::new(), &request(mint::bytes(&good))),
+        run(&attestor, &new_tx(), &request(mint::bytes(&good))),
         Outcome::Admitted(_)
     ));
     let other_key = gatehouse_proto::cloud_iid::azure_nonce(&[0x23; 32]);
     for nonce in [other_key.as_str(), "20181128-001617", ""] {
         let bad = keys().azure_with_nonce("acct-azure", "vm-n2", NOW - MINUTE, nonce);
         assert_eq!(
-            reason_of(run(&attestor, &FakeTx::new(), &request(mint::bytes(&bad)))),
+            reason_of(run(&attestor, &new_tx(), &request(mint::bytes(&bad)))),
             codes::NONCE_MISMATCH,
             "{nonce:?}"
         );
@@ -1098,7 +931,7 @@ fn azure_nonce_bound_to_the_node_key() {
     // Without the setting, any nonce.
     let any = keys().azure_with_nonce("acct-azure", "vm-n3", NOW - MINUTE, "x");
     assert!(matches!(
-        verify_evidence(&FakeTx::new(), &any),
+        verify_evidence(&new_tx(), &any),
         Outcome::Admitted(_)
     ));
 }
@@ -1110,11 +943,7 @@ fn azure_signer_must_be_imds() {
     let attestor = CloudIid::configure(&config.to_string()).unwrap();
     let evidence = keys().azure("acct-azure", "vm-s1", NOW - MINUTE);
     assert_eq!(
-        reason_of(run(
-            &attestor,
-            &FakeTx::new(),
-            &request(mint::bytes(&evidence))
-        )),
+        reason_of(run(&attestor, &new_tx(), &request(mint::bytes(&evidence)))),
         codes::UNTRUSTED_SIGNER
     );
 }

@@ -9,7 +9,7 @@
 //! order:
 //!
 //! 1. the token is a live discovery token with exactly one use left, and the machine asks to
-//!    join as `ramdisk` (join-token's single-use checks, [`checked_discovery_token`]);
+//!    join as `ramdisk` (the SDK's single-use token checks, [`gatehouse_sdk::token::checked_single_use`]);
 //! 2. the assertion parses (`bad-evidence`);
 //! 3. the token was issued for the assertion's site (`site-mismatch`) and, when it names a
 //!    MAC (`expect.mac`), for the asserted one (`mac-mismatch`);
@@ -49,9 +49,8 @@
 use gatehouse_proto::discovery::{DiscoveryAssertion, SignedDiscoveryAssertion, is_mac};
 use gatehouse_proto::kinds;
 use gatehouse_sdk::{
-    Approval, AttestationResult, Attestor, Context, Deferral, Info, JoinRequest, JoinRequestRow,
-    JoinRequestState, JoinRole, Node, NodeKeyAttestation, Outcome, Refusal, SignatureScheme, Token,
-    TokenRole, UseError, constant_time_eq, reason, refuse,
+    AttestationResult, Attestor, Context, Info, JoinRequest, JoinRole, Node, NodeKeyAttestation,
+    Outcome, Refusal, SignatureScheme, Token, TokenRole, UseError, approval, reason, refuse, token,
 };
 
 /// The attestation is not a serialized assertion of `bettercompute.site.v1`, or is malformed
@@ -80,13 +79,13 @@ pub const CLOCK_SKEW: &str = "clock-skew";
 /// The machine does not claim the asserted MAC.
 pub const MAC_NOT_CLAIMED: &str = "mac-not-claimed";
 /// The operator denied the join request.
-pub const JOIN_REQUEST_DENIED: &str = "join-request-denied";
+pub const JOIN_REQUEST_DENIED: &str = reason::JOIN_REQUEST_DENIED;
 /// The join request lapsed before it could admit.
-pub const JOIN_REQUEST_EXPIRED: &str = "join-request-expired";
+pub const JOIN_REQUEST_EXPIRED: &str = reason::JOIN_REQUEST_EXPIRED;
 /// The join request's approval already admitted this CSR.
-pub const JOIN_REQUEST_USED: &str = "join-request-used";
+pub const JOIN_REQUEST_USED: &str = reason::JOIN_REQUEST_USED;
 /// The remembered join request is for another subject or CSR.
-pub const JOIN_REQUEST_MISMATCH: &str = "join-request-mismatch";
+pub const JOIN_REQUEST_MISMATCH: &str = reason::JOIN_REQUEST_MISMATCH;
 
 /// Default and largest `maxAgeMs`: 15 minutes.
 pub const MAX_AGE_MS: u64 = 15 * 60 * 1000;
@@ -100,8 +99,6 @@ pub const MIN_CERT_TTL_SECONDS: u32 = 60;
 pub const MAX_FUTURE_MS: i64 = 60_000;
 /// Seconds the ramdisk waits between rounds while a join request is pending.
 const RETRY_AFTER_SECONDS: u32 = 10;
-/// What the key/value entry holds once an approval admitted the machine.
-const USED_PREFIX: &str = "used:";
 
 /// When a machine waits for an operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -213,14 +210,13 @@ impl Attestor for Discovery {
     }
 }
 
-#[cfg(feature = "component")]
 gatehouse_sdk::export_attestor!(Discovery);
 
 impl Discovery {
     /// One round.
     fn decide(&self, cx: &Context<'_>, request: &JoinRequest) -> Result<Outcome, Refusal> {
         // 1. The token, not spent yet.
-        let token = checked_discovery_token(cx, request)?;
+        let token = token::checked_single_use(cx, request, TokenRole::Discovery)?;
         let refusal = |code: &str| refuse(code).token(&token.id).tenant(&token.tenant_id);
 
         // 2. The assertion.
@@ -309,9 +305,10 @@ impl Discovery {
                 .map_err(|_| refusal(reason::STORAGE))?
                 .is_none()
         {
-            match approval(cx, request, &token, &assertion, &subject)? {
-                Approved::Waiting(deferral) => return Ok(deferral.into()),
-                Approved::Yes(row) => Some(row),
+            let details = || approval_details(request, &token, &assertion);
+            match approval::request(cx, request, &subject, details, RETRY_AFTER_SECONDS, refusal)? {
+                approval::Decision::Waiting(deferral) => return Ok(deferral.into()),
+                approval::Decision::Approved(approved) => Some(approved),
             }
         } else {
             None
@@ -328,14 +325,9 @@ impl Discovery {
                 UseError::Reused => refusal(reason::ASSERTION_REUSED),
                 UseError::Storage => refusal(reason::STORAGE),
             })?;
-        if let Some((key, row)) = approved {
-            // Consuming fails if the approval lapsed or was used meanwhile: never admit then.
-            cx.tx
-                .consume_join_request(&row.id)
-                .map_err(|_| refusal(JOIN_REQUEST_EXPIRED))?;
-            cx.tx
-                .kv_put(&key, format!("{USED_PREFIX}{}", row.id).as_bytes())
-                .map_err(|_| refusal(reason::STORAGE))?;
+        if let Some(approved) = approved {
+            // Spending fails if the approval lapsed or was used meanwhile: never admit then.
+            approved.spend(cx, refusal)?;
         }
         cx.tx
             .consume_token(&token.id)
@@ -353,46 +345,6 @@ impl Discovery {
             ..AttestationResult::default()
         }
         .into())
-    }
-}
-
-/// The request's token, locked and checked as a single-use machine credential exactly as
-/// join-token's `checked_single_use_token(cx, request, TokenRole::Discovery)` checks it: the
-/// secret in constant time, revocation, expiry by database time, a discovery token for a
-/// `ramdisk` join, and exactly one use left (`no-uses-left`, `not-single-use`). Not spent.
-///
-/// A copy rather than a dependency on join-token's rlib: the host builds every built-in
-/// attestor in one cargo invocation, where feature unification turns join-token's `component`
-/// feature on for the rlib too, and its verifier exports then collide with this component's at
-/// link time (duplicate `better-compute:attestor/verifier@0.2.0#…` symbols).
-fn checked_discovery_token(cx: &Context<'_>, request: &JoinRequest) -> Result<Token, Refusal> {
-    let opened = request
-        .token
-        .as_ref()
-        .ok_or_else(|| refuse(reason::NO_TOKEN))?;
-    let token = cx
-        .tx
-        .lock_token(&opened.id)
-        .map_err(|error| Refusal::from(error).token(&opened.id))?
-        .ok_or_else(|| refuse(reason::UNKNOWN_TOKEN).token(&opened.id))?;
-    let refusal = |code: &str| refuse(code).token(&token.id).tenant(&token.tenant_id);
-    let secret_sha256 = cx.crypto.sha256(&opened.secret);
-    if !constant_time_eq(&secret_sha256, &token.secret_sha256) {
-        return Err(refusal(reason::BAD_SECRET));
-    }
-    if token.revoked {
-        return Err(refusal(reason::REVOKED));
-    }
-    if cx.tx.now() >= token.expires_at {
-        return Err(refusal(reason::EXPIRED));
-    }
-    if token.role != TokenRole::Discovery || request.role != JoinRole::Ramdisk {
-        return Err(refusal(reason::WRONG_ROLE));
-    }
-    match token.uses_left {
-        0 => Err(refusal(reason::NO_USES_LEFT)),
-        1 => Ok(token),
-        _ => Err(refusal(reason::NOT_SINGLE_USE)),
     }
 }
 
@@ -453,76 +405,27 @@ fn verify_signature(
         .map_err(|_| ASSERTION_SIGNATURE)
 }
 
-/// Where an operator's approval stands.
-enum Approved {
-    /// Pending: defer again.
-    Waiting(Deferral),
-    /// Approved: the key/value entry and the request, to spend on admission.
-    Yes((String, JoinRequestRow)),
-}
-
-/// The approval of this CSR's join request: opened on the first round (remembered in the
-/// attestor's key/value space by CSR hash, because `open-join-request` returns only pending
-/// or approved requests and would replace a denied one), read back on the next.
-fn approval(
-    cx: &Context<'_>,
+/// What the operator is shown when an unknown machine waits for approval: the assertion and
+/// what the machine claims.
+fn approval_details(
     request: &JoinRequest,
     token: &Token,
     assertion: &DiscoveryAssertion,
-    subject: &str,
-) -> Result<Approved, Refusal> {
-    let refusal = |code: &str| refuse(code).token(&token.id).tenant(&token.tenant_id);
-    let key = format!("jr:{}", hex::encode(&request.csr_sha256));
-    let row = match cx.tx.kv_get(&key).map_err(|_| refusal(reason::STORAGE))? {
-        None => {
-            let details = serde_json::json!({
-                "mac": assertion.mac,
-                "ip": assertion.ip,
-                "productUuid": assertion.product_uuid,
-                "workflowId": assertion.workflow_id,
-                "siteId": assertion.site_id,
-                "vouchedBy": assertion.node_id,
-                "leaseEpoch": assertion.lease_epoch,
-                "claimedMacs": request.claims.macs,
-                "claimedProductUuid": request.claims.product_uuid,
-                "tokenId": token.id,
-            })
-            .to_string();
-            let row = cx
-                .tx
-                .open_join_request(subject, &details)
-                .map_err(|_| refusal(reason::STORAGE))?;
-            cx.tx
-                .kv_put(&key, row.id.as_bytes())
-                .map_err(|_| refusal(reason::STORAGE))?;
-            row
-        }
-        Some(value) => {
-            let value = String::from_utf8(value).map_err(|_| refusal(reason::STORAGE))?;
-            if value.starts_with(USED_PREFIX) {
-                return Err(refusal(JOIN_REQUEST_USED));
-            }
-            cx.tx
-                .join_request(&value)
-                .map_err(|_| refusal(reason::STORAGE))?
-                .ok_or_else(|| refusal(JOIN_REQUEST_EXPIRED))?
-        }
-    };
-    if row.subject != subject || row.csr_sha256 != request.csr_sha256 {
-        return Err(refusal(JOIN_REQUEST_MISMATCH));
-    }
-    match row.state {
-        JoinRequestState::Pending => Ok(Approved::Waiting(Deferral::Approval(Approval {
-            request_id: row.id,
-            retry_after_seconds: RETRY_AFTER_SECONDS,
-        }))),
-        JoinRequestState::Approved => Ok(Approved::Yes((key, row))),
-        JoinRequestState::Denied => Err(refusal(JOIN_REQUEST_DENIED)),
-        JoinRequestState::Expired => Err(refusal(JOIN_REQUEST_EXPIRED)),
-        JoinRequestState::Used => Err(refusal(JOIN_REQUEST_USED)),
-    }
+) -> String {
+    serde_json::json!({
+        "mac": assertion.mac,
+        "ip": assertion.ip,
+        "productUuid": assertion.product_uuid,
+        "workflowId": assertion.workflow_id,
+        "siteId": assertion.site_id,
+        "vouchedBy": assertion.node_id,
+        "leaseEpoch": assertion.lease_epoch,
+        "claimedMacs": request.claims.macs,
+        "claimedProductUuid": request.claims.product_uuid,
+        "tokenId": token.id,
+    })
+    .to_string()
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

@@ -1,19 +1,16 @@
 //! discovery against an in-memory transaction and a real ES256 verifier: the admission, every
 //! reason, approval of unknown machines, and the configuration.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-
 use gatehouse_proto::discovery::{DISCOVERY_SCHEMA, DiscoveryAssertion, SignedDiscoveryAssertion};
 use gatehouse_sdk::{
-    AttestationResult, Attestor, Context, Crypto, CryptoError, HardwareClaims, Inventory,
-    JoinRequest, JoinRequestRow, JoinRequestState, JoinRole, Lease, Node, NodeCert,
-    NodeKeyAttestation, OpenedToken, Outcome, SignatureScheme, TimestampMs, Token, TokenExpect,
-    TokenRole, Tx, TxError, UseError, VerifiedChain, Workflow, reason, refuse,
+    AttestationResult, Attestor, Deferral, HardwareClaims, Inventory, JoinRequest, JoinRole, Lease,
+    Node, NodeCert, NodeKeyAttestation, OpenedToken, Outcome, TimestampMs, Token, TokenExpect,
+    TokenRole, reason, refuse,
 };
-use p256::ecdsa::signature::{Signer as _, Verifier as _};
-use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
-use p256::pkcs8::{DecodePublicKey as _, EncodePublicKey as _};
+use gatehouse_sdk_test::Kit;
+use p256::ecdsa::signature::Signer as _;
+use p256::ecdsa::{Signature, SigningKey};
+use p256::pkcs8::EncodePublicKey as _;
 use sha2::Digest as _;
 
 use super::*;
@@ -27,6 +24,7 @@ const SECRET: &[u8] = b"the token's secret";
 const MAC: &str = "52:54:00:ab:cd:ef";
 const UUID: &str = "4c4c4544-0042-3510-8052-b4c04f4e4d32";
 const CSR_SHA256: [u8; 32] = [0x22; 32];
+const LEASE: &str = "site:fra1:boot";
 
 fn site_key() -> SigningKey {
     SigningKey::from_slice(&[0x42; 32]).unwrap()
@@ -48,237 +46,69 @@ fn kid(key: &SigningKey) -> String {
     hex::encode(sha2::Sha256::digest(spki(key)))
 }
 
-/// The rows one transaction sees. Operations discovery must not use panic.
-struct FakeTx {
-    now: Cell<TimestampMs>,
-    token: RefCell<Token>,
-    consumed: Cell<u32>,
-    nodes: RefCell<HashMap<String, Node>>,
-    /// (node, spki sha256) -> certificate.
-    certs: RefCell<HashMap<(String, Vec<u8>), NodeCert>>,
-    lease: RefCell<Option<Lease>>,
-    inventories: RefCell<HashMap<String, Inventory>>,
-    uses: RefCell<HashMap<String, TimestampMs>>,
-    requests: RefCell<HashMap<String, JoinRequestRow>>,
-    kv: RefCell<HashMap<String, Vec<u8>>>,
+/// A live site node `node_site` of site `fra1` holding the boot lease at epoch 4, with a live
+/// certificate for [`site_key`], and a fresh discovery token for the site and MAC.
+fn setup() -> Kit {
+    let kit = Kit::new("discovery");
+    kit.tx.set_now(NOW);
+    kit.tx.insert_token(Token {
+        id: TOKEN.into(),
+        role: TokenRole::Discovery,
+        secret_sha256: sha2::Sha256::digest(SECRET).to_vec(),
+        tenant_id: "ten_1".into(),
+        pool_id: Some("pool_1".into()),
+        site_id: Some(SITE.into()),
+        expires_at: NOW + 60 * MIN,
+        revoked: false,
+        uses_left: 1,
+        expect: TokenExpect {
+            product_uuid: None,
+            mac: Some(MAC.into()),
+            node_id: None,
+        },
+        reclaim: false,
+    });
+    kit.tx.insert_lease(Lease {
+        name: LEASE.into(),
+        holder: SIGNER.into(),
+        epoch: 4,
+        expires_at: NOW + MIN,
+    });
+    kit.tx.insert_node(Node {
+        id: SIGNER.into(),
+        tenant_id: "ten_1".into(),
+        pool_id: None,
+        site_id: Some(SITE.into()),
+        role: JoinRole::Site,
+        retired: false,
+        identity_generation: 2,
+    });
+    add_cert(&kit, &site_key(), |_| {});
+    kit
 }
 
-impl FakeTx {
-    /// A live site node `node_site` of site `fra1` holding the boot lease at epoch 4, with a
-    /// live certificate for [`site_key`], and a fresh discovery token for the site and MAC.
-    fn new() -> Self {
-        let tx = FakeTx {
-            now: Cell::new(NOW),
-            token: RefCell::new(Token {
-                id: TOKEN.into(),
-                role: TokenRole::Discovery,
-                secret_sha256: sha2::Sha256::digest(SECRET).to_vec(),
-                tenant_id: "ten_1".into(),
-                pool_id: Some("pool_1".into()),
-                site_id: Some(SITE.into()),
-                expires_at: NOW + 60 * MIN,
-                revoked: false,
-                uses_left: 1,
-                expect: TokenExpect {
-                    product_uuid: None,
-                    mac: Some(MAC.into()),
-                    node_id: None,
-                },
-                reclaim: false,
-            }),
-            consumed: Cell::new(0),
-            nodes: RefCell::default(),
-            certs: RefCell::default(),
-            lease: RefCell::new(Some(Lease {
-                name: format!("site:{SITE}:boot"),
-                holder: SIGNER.into(),
-                epoch: 4,
-                expires_at: NOW + MIN,
-            })),
-            inventories: RefCell::default(),
-            uses: RefCell::default(),
-            requests: RefCell::default(),
-            kv: RefCell::default(),
-        };
-        tx.nodes.borrow_mut().insert(
-            SIGNER.into(),
-            Node {
-                id: SIGNER.into(),
-                tenant_id: "ten_1".into(),
-                pool_id: None,
-                site_id: Some(SITE.into()),
-                role: JoinRole::Site,
-                retired: false,
-                identity_generation: 2,
-            },
-        );
-        tx.add_cert(&site_key(), |_| {});
-        tx
-    }
-
-    fn add_cert(&self, key: &SigningKey, edit: impl FnOnce(&mut NodeCert)) {
-        let mut cert = NodeCert {
-            node_id: SIGNER.into(),
-            serial: "0a".into(),
-            generation: 2,
-            not_before: NOW - 60 * MIN,
-            not_after: NOW + 23 * 60 * MIN,
-            revoked: None,
-            role: "site".into(),
-            spki: spki(key),
-            statements: vec![],
-        };
-        edit(&mut cert);
-        let digest = sha2::Sha256::digest(&cert.spki).to_vec();
-        self.certs
-            .borrow_mut()
-            .insert((SIGNER.into(), digest), cert);
-    }
-
-    fn edit_signer(&self, f: impl FnOnce(&mut Node)) {
-        f(self.nodes.borrow_mut().get_mut(SIGNER).unwrap());
-    }
+/// Adds (or replaces, by serial) a certificate of the signer for `key`.
+fn add_cert(kit: &Kit, key: &SigningKey, edit: impl FnOnce(&mut NodeCert)) {
+    let mut cert = NodeCert {
+        node_id: SIGNER.into(),
+        serial: "0a".into(),
+        generation: 2,
+        not_before: NOW - 60 * MIN,
+        not_after: NOW + 23 * 60 * MIN,
+        revoked: None,
+        role: "site".into(),
+        spki: spki(key),
+        statements: vec![],
+    };
+    edit(&mut cert);
+    // The serial stands for the DER: discovery finds certificates by key, never by DER.
+    let der = cert.serial.clone().into_bytes();
+    kit.tx.remove_cert(&der);
+    kit.tx.insert_cert(&der, cert);
 }
 
-impl Tx for FakeTx {
-    fn now(&self) -> TimestampMs {
-        self.now.get()
-    }
-    fn lock_token(&self, id: &str) -> Result<Option<Token>, TxError> {
-        let token = self.token.borrow();
-        Ok((token.id == id).then(|| token.clone()))
-    }
-    fn consume_token(&self, id: &str) -> Result<u32, TxError> {
-        let mut token = self.token.borrow_mut();
-        if token.id != id || token.uses_left == 0 {
-            return Err(TxError::Invalid("no use left".into()));
-        }
-        token.uses_left -= 1;
-        self.consumed.set(self.consumed.get() + 1);
-        Ok(token.uses_left)
-    }
-    fn node(&self, id: &str) -> Result<Option<Node>, TxError> {
-        Ok(self.nodes.borrow().get(id).cloned())
-    }
-    fn node_cert(&self, _: &[u8]) -> Result<Option<NodeCert>, TxError> {
-        unimplemented!("discovery finds certificates by key")
-    }
-    fn node_cert_for_key(
-        &self,
-        node_id: &str,
-        spki_sha256: &[u8],
-    ) -> Result<Option<NodeCert>, TxError> {
-        // As the host: only certificates neither revoked nor expired.
-        Ok(self
-            .certs
-            .borrow()
-            .get(&(node_id.to_owned(), spki_sha256.to_vec()))
-            .filter(|c| c.revoked.is_none() && c.not_after > self.now.get())
-            .cloned())
-    }
-    fn bound_node(&self, _: &str, _: &str) -> Result<Option<String>, TxError> {
-        unimplemented!("discovery binds nothing")
-    }
-    fn lease(&self, name: &str) -> Result<Option<Lease>, TxError> {
-        Ok(self.lease.borrow().clone().filter(|l| l.name == name))
-    }
-    fn newest_inventory(&self, _: &str) -> Result<Option<Inventory>, TxError> {
-        unimplemented!("discovery reads inventories by MAC")
-    }
-    fn inventory_by_mac(&self, mac: &str) -> Result<Option<Inventory>, TxError> {
-        Ok(self.inventories.borrow().get(mac).cloned())
-    }
-    fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
-        unimplemented!("discovery reads no workflow")
-    }
-    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
-        let mut uses = self.uses.borrow_mut();
-        if uses.get(subject).is_some_and(|e| *e > self.now.get()) {
-            return Err(UseError::Reused);
-        }
-        uses.insert(subject.to_owned(), expires_at);
-        Ok(())
-    }
-    fn open_join_request(&self, subject: &str, _details: &str) -> Result<JoinRequestRow, TxError> {
-        let id = format!("jr_{}", self.requests.borrow().len() + 1);
-        let row = JoinRequestRow {
-            id: id.clone(),
-            state: JoinRequestState::Pending,
-            subject: subject.into(),
-            csr_sha256: CSR_SHA256.to_vec(),
-            tenant_id: None,
-            pool_id: None,
-            site_id: None,
-        };
-        self.requests.borrow_mut().insert(id, row.clone());
-        Ok(row)
-    }
-    fn join_request(&self, id: &str) -> Result<Option<JoinRequestRow>, TxError> {
-        Ok(self.requests.borrow().get(id).cloned())
-    }
-    fn consume_join_request(&self, id: &str) -> Result<(), TxError> {
-        let mut requests = self.requests.borrow_mut();
-        let row = requests.get_mut(id).ok_or(TxError::Storage)?;
-        if row.state != JoinRequestState::Approved {
-            return Err(TxError::Invalid("not approved".into()));
-        }
-        row.state = JoinRequestState::Used;
-        Ok(())
-    }
-    fn kv_get(&self, key: &str) -> Result<Option<Vec<u8>>, TxError> {
-        Ok(self.kv.borrow().get(key).cloned())
-    }
-    fn kv_put(&self, key: &str, value: &[u8]) -> Result<(), TxError> {
-        self.kv.borrow_mut().insert(key.into(), value.to_vec());
-        Ok(())
-    }
-    fn kv_delete(&self, key: &str) -> Result<(), TxError> {
-        self.kv.borrow_mut().remove(key);
-        Ok(())
-    }
-}
-
-/// SHA-256 and ES256 verification over an SPKI, as the host's import does them.
-struct FakeCrypto;
-
-impl Crypto for FakeCrypto {
-    fn sha256(&self, data: &[u8]) -> Vec<u8> {
-        sha2::Sha256::digest(data).to_vec()
-    }
-    fn verify_signature(
-        &self,
-        scheme: SignatureScheme,
-        spki: &[u8],
-        message: &[u8],
-        signature: &[u8],
-    ) -> Result<(), CryptoError> {
-        if scheme != SignatureScheme::EcdsaP256Sha256Fixed {
-            return Err(CryptoError::Malformed("not ES256".into()));
-        }
-        let key = VerifyingKey::from_public_key_der(spki)
-            .map_err(|e| CryptoError::Malformed(e.to_string()))?;
-        let signature =
-            Signature::from_slice(signature).map_err(|e| CryptoError::Malformed(e.to_string()))?;
-        key.verify(message, &signature)
-            .map_err(|_| CryptoError::BadSignature)
-    }
-    fn verify_chain(
-        &self,
-        _: &[Vec<u8>],
-        _: &[Vec<u8>],
-        _: TimestampMs,
-    ) -> Result<VerifiedChain, CryptoError> {
-        unimplemented!("discovery verifies no chain")
-    }
-    fn seal_state(&self, _: &[u8], _: &[u8]) -> Vec<u8> {
-        unimplemented!("discovery seals nothing")
-    }
-    fn seal_state_until(&self, _: &[u8], _: &[u8], _: TimestampMs) -> Vec<u8> {
-        unimplemented!("discovery seals nothing")
-    }
-    fn open_state(&self, _: &[u8], _: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        unimplemented!("discovery seals nothing")
-    }
+fn edit_signer(kit: &Kit, f: impl FnOnce(&mut Node)) {
+    kit.tx.update_node(SIGNER, f);
 }
 
 fn assertion() -> DiscoveryAssertion {
@@ -331,29 +161,15 @@ fn good() -> JoinRequest {
     request(signed_by(&site_key(), &assertion()))
 }
 
-/// One round with the host's transaction semantics: a round that does not admit rolls back
-/// what it recorded and spent (a deferral commits only the join request and the kv entry).
-fn verify_with(config: &str, tx: &FakeTx, request: &JoinRequest) -> Outcome {
+/// One round with the host's transaction semantics (the kit's): a round that does not admit
+/// rolls back what it recorded and spent (a deferral commits only the join request and the kv
+/// entry).
+fn verify_with(config: &str, tx: &Kit, request: &JoinRequest) -> Outcome {
     let attestor = Discovery::configure(config).unwrap();
-    let uses = tx.uses.borrow().clone();
-    let token = tx.token.borrow().clone();
-    let consumed = tx.consumed.get();
-    let outcome = attestor.verify(
-        &Context {
-            tx,
-            crypto: &FakeCrypto,
-        },
-        request,
-    );
-    if !matches!(outcome, Outcome::Admitted(_)) {
-        *tx.uses.borrow_mut() = uses;
-        *tx.token.borrow_mut() = token;
-        tx.consumed.set(consumed);
-    }
-    outcome
+    tx.round(&attestor, request)
 }
 
-fn verify(tx: &FakeTx, request: &JoinRequest) -> Outcome {
+fn verify(tx: &Kit, request: &JoinRequest) -> Outcome {
     verify_with("{}", tx, request)
 }
 
@@ -371,7 +187,7 @@ fn admitted(outcome: Outcome) -> AttestationResult {
 
 #[test]
 fn a_vouched_ramdisk_is_admitted_once_with_the_commissioning_kinds() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let result = admitted(verify(&tx, &good()));
     assert_eq!(
         result,
@@ -400,16 +216,16 @@ fn a_vouched_ramdisk_is_admitted_once_with_the_commissioning_kinds() {
             subject: Some(format!("mac:{MAC}")),
         }
     );
-    assert_eq!(tx.consumed.get(), 1);
+    assert_eq!(tx.tx.spent(TOKEN), 1);
     // The ledger holds the assertion until it would be stale anyway (issued + 15 min is
     // later than notAfter here).
-    let uses: Vec<(String, i64)> = tx.uses.borrow().clone().into_iter().collect();
+    let uses = tx.tx.uses();
     assert_eq!(uses.len(), 1);
     assert!(uses[0].0.starts_with("discovery:"));
     assert_eq!(uses[0].1, NOW + 10 * MIN);
 
     // The same assertion with a fresh token: one join per assertion.
-    tx.token.borrow_mut().uses_left = 1;
+    tx.tx.update_token(TOKEN, |t| t.uses_left = 1);
     assert_eq!(verify(&tx, &good()), refused(reason::ASSERTION_REUSED));
     // A re-encoded signature of the same input is the same assertion.
     let text = String::from_utf8(good().attestation).unwrap();
@@ -427,7 +243,7 @@ fn a_vouched_ramdisk_is_admitted_once_with_the_commissioning_kinds() {
 
 #[test]
 fn the_token_is_checked_first() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let mut r = good();
     r.token = None;
     assert_eq!(verify(&tx, &r), refuse(reason::NO_TOKEN).into());
@@ -439,30 +255,30 @@ fn the_token_is_checked_first() {
         verify(&tx, &r),
         refuse(reason::UNKNOWN_TOKEN).token("tok_other").into()
     );
-    tx.token.borrow_mut().revoked = true;
+    tx.tx.update_token(TOKEN, |t| t.revoked = true);
     assert_eq!(verify(&tx, &good()), refused(reason::REVOKED));
-    tx.token.borrow_mut().revoked = false;
-    tx.token.borrow_mut().expires_at = NOW;
+    tx.tx.update_token(TOKEN, |t| t.revoked = false);
+    tx.tx.update_token(TOKEN, |t| t.expires_at = NOW);
     assert_eq!(verify(&tx, &good()), refused(reason::EXPIRED));
-    tx.token.borrow_mut().expires_at = NOW + MIN;
-    tx.token.borrow_mut().uses_left = 0;
+    tx.tx.update_token(TOKEN, |t| t.expires_at = NOW + MIN);
+    tx.tx.update_token(TOKEN, |t| t.uses_left = 0);
     assert_eq!(verify(&tx, &good()), refused(reason::NO_USES_LEFT));
-    tx.token.borrow_mut().uses_left = 2;
+    tx.tx.update_token(TOKEN, |t| t.uses_left = 2);
     assert_eq!(verify(&tx, &good()), refused(reason::NOT_SINGLE_USE));
-    tx.token.borrow_mut().uses_left = 1;
-    tx.token.borrow_mut().role = TokenRole::Node;
+    tx.tx.update_token(TOKEN, |t| t.uses_left = 1);
+    tx.tx.update_token(TOKEN, |t| t.role = TokenRole::Node);
     assert_eq!(verify(&tx, &good()), refused(reason::WRONG_ROLE));
-    tx.token.borrow_mut().role = TokenRole::Discovery;
+    tx.tx.update_token(TOKEN, |t| t.role = TokenRole::Discovery);
     let mut r = good();
     r.role = JoinRole::Node;
     assert_eq!(verify(&tx, &r), refused(reason::WRONG_ROLE));
-    assert_eq!(tx.consumed.get(), 0);
+    assert_eq!(tx.tx.spent(TOKEN), 0);
 }
 
 #[test]
 fn each_check_refuses_with_its_reason() {
     // (what to change, the reason)
-    type Edit = fn(&FakeTx, &mut DiscoveryAssertion, &mut JoinRequest);
+    type Edit = fn(&Kit, &mut DiscoveryAssertion, &mut JoinRequest);
     let cases: &[(&str, Edit, &str)] = &[
         (
             "garbage",
@@ -487,13 +303,14 @@ fn each_check_refuses_with_its_reason() {
         ),
         (
             "token for another site",
-            |tx, _, _| tx.token.borrow_mut().site_id = None,
+            |tx, _, _| tx.tx.update_token(TOKEN, |t| t.site_id = None),
             SITE_MISMATCH,
         ),
         (
             "token for another mac",
             |tx, _, _| {
-                tx.token.borrow_mut().expect.mac = Some("52:54:00:00:00:09".into());
+                tx.tx
+                    .update_token(TOKEN, |t| t.expect.mac = Some("52:54:00:00:00:09".into()));
             },
             MAC_MISMATCH,
         ),
@@ -504,38 +321,38 @@ fn each_check_refuses_with_its_reason() {
         ),
         (
             "signer not a site node",
-            |tx, _, _| tx.edit_signer(|n| n.role = JoinRole::Node),
+            |tx, _, _| edit_signer(tx, |n| n.role = JoinRole::Node),
             SIGNER_NOT_SITE,
         ),
         (
             "signer of another site",
-            |tx, _, _| tx.edit_signer(|n| n.site_id = Some("ams1".into())),
+            |tx, _, _| edit_signer(tx, |n| n.site_id = Some("ams1".into())),
             SIGNER_NOT_SITE,
         ),
         (
             "signer retired",
-            |tx, _, _| tx.edit_signer(|n| n.retired = true),
+            |tx, _, _| edit_signer(tx, |n| n.retired = true),
             SIGNER_RETIRED,
         ),
         ("old epoch", |_, a, _| a.lease_epoch = 3, LEASE_EPOCH),
         (
             "lease moved",
             |tx, _, _| {
-                let mut lease = tx.lease.borrow_mut();
-                let l = lease.as_mut().unwrap();
-                l.holder = "node_other".into();
-                l.epoch = 5;
+                tx.tx.update_lease(LEASE, |l| {
+                    l.holder = "node_other".into();
+                    l.epoch = 5;
+                })
             },
             LEASE_EPOCH,
         ),
         (
             "no lease",
-            |tx, _, _| *tx.lease.borrow_mut() = None,
+            |tx, _, _| tx.tx.remove_lease(LEASE),
             LEASE_EPOCH,
         ),
         (
             "lease lapsed",
-            |tx, _, _| tx.lease.borrow_mut().as_mut().unwrap().expires_at = NOW,
+            |tx, _, _| tx.tx.update_lease(LEASE, |l| l.expires_at = NOW),
             LEASE_EXPIRED,
         ),
         (
@@ -546,7 +363,7 @@ fn each_check_refuses_with_its_reason() {
         (
             "revoked cert",
             |tx, _, _| {
-                tx.add_cert(&site_key(), |c| {
+                add_cert(tx, &site_key(), |c| {
                     c.revoked = Some(gatehouse_sdk::Revocation::Operator)
                 })
             },
@@ -554,24 +371,24 @@ fn each_check_refuses_with_its_reason() {
         ),
         (
             "expired cert",
-            |tx, _, _| tx.add_cert(&site_key(), |c| c.not_after = NOW),
+            |tx, _, _| add_cert(tx, &site_key(), |c| c.not_after = NOW),
             ASSERTION_SIGNATURE,
         ),
         (
             "old generation",
-            |tx, _, _| tx.add_cert(&site_key(), |c| c.generation = 1),
+            |tx, _, _| add_cert(tx, &site_key(), |c| c.generation = 1),
             ASSERTION_SIGNATURE,
         ),
         (
             "cert of another role",
-            |tx, _, _| tx.add_cert(&site_key(), |c| c.role = "node".into()),
+            |tx, _, _| add_cert(tx, &site_key(), |c| c.role = "node".into()),
             ASSERTION_SIGNATURE,
         ),
         (
             "past notAfter",
             |tx, _, _| {
-                tx.now.set(NOW + 10 * MIN);
-                tx.lease.borrow_mut().as_mut().unwrap().expires_at = NOW + 11 * MIN;
+                tx.tx.set_now(NOW + 10 * MIN);
+                tx.tx.update_lease(LEASE, |l| l.expires_at = NOW + 11 * MIN);
             },
             ASSERTION_STALE,
         ),
@@ -608,7 +425,7 @@ fn each_check_refuses_with_its_reason() {
         ),
     ];
     for &(what, edit, code) in cases {
-        let tx = FakeTx::new();
+        let tx = setup();
         let mut a = assertion();
         let mut r = good();
         edit(&tx, &mut a, &mut r);
@@ -616,17 +433,14 @@ fn each_check_refuses_with_its_reason() {
             r.attestation = signed_by(&site_key(), &a);
         }
         assert_eq!(verify(&tx, &r), refused(code), "{what}");
-        assert!(
-            tx.uses.borrow().is_empty(),
-            "{what}: a refusal recorded a use"
-        );
-        assert_eq!(tx.consumed.get(), 0, "{what}: a refusal spent the token");
+        assert!(tx.tx.uses().is_empty(), "{what}: a refusal recorded a use");
+        assert_eq!(tx.tx.spent(TOKEN), 0, "{what}: a refusal spent the token");
     }
 }
 
 #[test]
 fn signatures_by_anyone_else_or_over_anything_else_are_refused() {
-    let tx = FakeTx::new();
+    let tx = setup();
     // Signed by another key, naming the site node's key.
     assert_eq!(
         verify(&tx, &request(signed_by(&other_key(), &assertion()))),
@@ -655,7 +469,7 @@ fn signatures_by_anyone_else_or_over_anything_else_are_refused() {
         refused(ASSERTION_SIGNATURE)
     );
     // A renewed site node: either live certificate's key vouches.
-    tx.add_cert(&other_key(), |c| c.serial = "0b".into());
+    add_cert(&tx, &other_key(), |c| c.serial = "0b".into());
     let a = DiscoveryAssertion {
         kid: kid(&other_key()),
         ..assertion()
@@ -666,53 +480,50 @@ fn signatures_by_anyone_else_or_over_anything_else_are_refused() {
 #[test]
 fn unknown_machines_wait_for_an_operator() {
     let config = r#"{"approval":"unknown-machines"}"#;
-    let tx = FakeTx::new();
+    let tx = setup();
     // Round 1: no inventory lists the MAC: a join request, nothing spent or recorded.
     let outcome = verify_with(config, &tx, &good());
     let Outcome::Deferred(Deferral::Approval(a)) = outcome else {
         panic!("expected an approval deferral, got {outcome:?}");
     };
     assert_eq!(a.request_id, "jr_1");
-    assert_eq!(tx.consumed.get(), 0);
-    assert!(tx.uses.borrow().is_empty());
+    assert_eq!(tx.tx.spent(TOKEN), 0);
+    assert!(tx.tx.uses().is_empty());
     // Still pending.
     assert!(matches!(
         verify_with(config, &tx, &good()),
         Outcome::Deferred(_)
     ));
     // Approved: admitted once, the approval spent.
-    tx.requests.borrow_mut().get_mut("jr_1").unwrap().state = JoinRequestState::Approved;
+    tx.tx.approve("jr_1", "ten_1", None, None);
     admitted(verify_with(config, &tx, &good()));
-    assert_eq!(tx.consumed.get(), 1);
-    tx.token.borrow_mut().uses_left = 1;
+    assert_eq!(tx.tx.spent(TOKEN), 1);
+    tx.tx.update_token(TOKEN, |t| t.uses_left = 1);
     assert_eq!(
         verify_with(config, &tx, &good()),
         refused(JOIN_REQUEST_USED)
     );
 
     // Denied.
-    let tx = FakeTx::new();
+    let tx = setup();
     verify_with(config, &tx, &good());
-    tx.requests.borrow_mut().get_mut("jr_1").unwrap().state = JoinRequestState::Denied;
+    tx.tx.deny("jr_1");
     assert_eq!(
         verify_with(config, &tx, &good()),
         refused(JOIN_REQUEST_DENIED)
     );
 
     // A machine an inventory lists joins at once.
-    let tx = FakeTx::new();
-    tx.inventories.borrow_mut().insert(
-        MAC.into(),
-        Inventory {
-            node_id: "node_m".into(),
-            product_uuid: Some(UUID.into()),
-            macs: vec![MAC.into()],
-            recorded_at: NOW - MIN,
-        },
-    );
+    let tx = setup();
+    tx.tx.insert_inventory(Inventory {
+        node_id: "node_m".into(),
+        product_uuid: Some(UUID.into()),
+        macs: vec![MAC.into()],
+        recorded_at: NOW - MIN,
+    });
     admitted(verify_with(config, &tx, &good()));
     // Without the policy, nobody waits.
-    admitted(verify(&FakeTx::new(), &good()));
+    admitted(verify(&setup(), &good()));
 }
 
 #[test]
@@ -739,7 +550,7 @@ fn configuration() {
         assert!(Discovery::configure(bad).is_err(), "{bad}");
     }
     // A shorter maxAgeMs refuses an assertion its notAfter would still admit.
-    let tx = FakeTx::new();
+    let tx = setup();
     assert_eq!(
         verify_with(r#"{"maxAgeMs":30000}"#, &tx, &good()),
         refused(ASSERTION_STALE)

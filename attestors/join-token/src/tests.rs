@@ -1,14 +1,11 @@
 //! join-token against an in-memory transaction: every branch of [`admit`](super::admit).
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
-
 use gatehouse_sdk::{
-    AttestationResult, Attestor, Context, Crypto, CryptoError, HardwareClaims, Inventory,
-    JoinRequest, JoinRequestRow, JoinRole, Lease, Node, NodeCert, NodeKeyAttestation, OpenedToken,
-    Outcome, SignatureScheme, TimestampMs, Token, TokenExpect, TokenRole, Tx, TxError, UseError,
-    VerifiedChain, Workflow, reason, refuse,
+    AttestationResult, Attestor, Context, HardwareClaims, JoinRequest, JoinRole, NoTpm,
+    NodeKeyAttestation, OpenedToken, Outcome, TimestampMs, Token, TokenExpect, TokenRole, reason,
+    refuse,
 };
+use gatehouse_sdk_test::{MemoryTx, Op, SoftCrypto};
 use sha2::Digest as _;
 
 use super::JoinToken;
@@ -16,129 +13,15 @@ use super::JoinToken;
 const NOW: TimestampMs = 1_790_000_000_000;
 const SECRET: &[u8] = b"correct horse battery staple";
 
-/// The `join_tokens` table of one transaction. Operations join-token must not use panic.
-#[derive(Default)]
-struct FakeTx {
-    tokens: RefCell<HashMap<String, Token>>,
-    locked: RefCell<HashSet<String>>,
-    fail_lock: Cell<bool>,
-    fail_consume: Cell<bool>,
+/// A transaction holding `token`.
+fn tx_with(token: Token) -> MemoryTx {
+    let tx = MemoryTx::new(NOW);
+    tx.insert_token(token);
+    tx
 }
 
-impl FakeTx {
-    fn with(token: Token) -> Self {
-        let tx = FakeTx::default();
-        tx.tokens.borrow_mut().insert(token.id.clone(), token);
-        tx
-    }
-
-    fn uses_left(&self, id: &str) -> u32 {
-        self.tokens.borrow()[id].uses_left
-    }
-}
-
-impl Tx for FakeTx {
-    fn now(&self) -> TimestampMs {
-        NOW
-    }
-    fn lock_token(&self, id: &str) -> Result<Option<Token>, TxError> {
-        if self.fail_lock.get() {
-            return Err(TxError::Storage);
-        }
-        let token = self.tokens.borrow().get(id).cloned();
-        if token.is_some() {
-            self.locked.borrow_mut().insert(id.to_owned());
-        }
-        Ok(token)
-    }
-    fn consume_token(&self, id: &str) -> Result<u32, TxError> {
-        if self.fail_consume.get() {
-            return Err(TxError::Storage);
-        }
-        if !self.locked.borrow().contains(id) {
-            return Err(TxError::Invalid("not locked".into()));
-        }
-        let mut tokens = self.tokens.borrow_mut();
-        let token = tokens
-            .get_mut(id)
-            .ok_or_else(|| TxError::Invalid("no such token".into()))?;
-        token.uses_left = token
-            .uses_left
-            .checked_sub(1)
-            .ok_or_else(|| TxError::Invalid("no use left".into()))?;
-        Ok(token.uses_left)
-    }
-    fn node(&self, _: &str) -> Result<Option<Node>, TxError> {
-        unimplemented!("join-token reads no node")
-    }
-    fn node_cert(&self, _: &[u8]) -> Result<Option<NodeCert>, TxError> {
-        unimplemented!("join-token reads no certificate")
-    }
-    fn bound_node(&self, _: &str, _: &str) -> Result<Option<String>, TxError> {
-        unimplemented!("join-token reads no binding")
-    }
-    fn lease(&self, _: &str) -> Result<Option<Lease>, TxError> {
-        unimplemented!("join-token reads no lease")
-    }
-    fn newest_inventory(&self, _: &str) -> Result<Option<Inventory>, TxError> {
-        unimplemented!("join-token reads no inventory")
-    }
-    fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
-        unimplemented!("join-token reads no workflow")
-    }
-    fn record_use(&self, _: &str, _: TimestampMs) -> Result<(), UseError> {
-        unimplemented!("join-token records no use")
-    }
-    fn open_join_request(&self, _: &str, _: &str) -> Result<JoinRequestRow, TxError> {
-        unimplemented!("join-token opens no join request")
-    }
-    fn join_request(&self, _: &str) -> Result<Option<JoinRequestRow>, TxError> {
-        unimplemented!("join-token reads no join request")
-    }
-    fn consume_join_request(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!("join-token consumes no join request")
-    }
-    fn kv_get(&self, _: &str) -> Result<Option<Vec<u8>>, TxError> {
-        unimplemented!("join-token keeps no state")
-    }
-    fn kv_put(&self, _: &str, _: &[u8]) -> Result<(), TxError> {
-        unimplemented!("join-token keeps no state")
-    }
-    fn kv_delete(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!("join-token keeps no state")
-    }
-}
-
-/// SHA-256 only: join-token verifies no signature and seals nothing.
-struct FakeCrypto;
-
-impl Crypto for FakeCrypto {
-    fn sha256(&self, data: &[u8]) -> Vec<u8> {
-        sha2::Sha256::digest(data).to_vec()
-    }
-    fn verify_signature(
-        &self,
-        _: SignatureScheme,
-        _: &[u8],
-        _: &[u8],
-        _: &[u8],
-    ) -> Result<(), CryptoError> {
-        unimplemented!("join-token verifies no signature")
-    }
-    fn verify_chain(
-        &self,
-        _: &[Vec<u8>],
-        _: &[Vec<u8>],
-        _: TimestampMs,
-    ) -> Result<VerifiedChain, CryptoError> {
-        unimplemented!("join-token verifies no chain")
-    }
-    fn seal_state(&self, _: &[u8], _: &[u8]) -> Vec<u8> {
-        unimplemented!("join-token seals nothing")
-    }
-    fn open_state(&self, _: &[u8], _: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        unimplemented!("join-token seals nothing")
-    }
+fn left(tx: &MemoryTx, id: &str) -> u32 {
+    tx.token(id).unwrap().uses_left
 }
 
 fn token(role: TokenRole) -> Token {
@@ -181,12 +64,13 @@ fn request(role: JoinRole, secret: &[u8]) -> JoinRequest {
     }
 }
 
-fn verify(tx: &FakeTx, request: &JoinRequest) -> Outcome {
+fn verify(tx: &MemoryTx, request: &JoinRequest) -> Outcome {
     let attestor = JoinToken::configure("{}").unwrap();
     attestor.verify(
         &Context {
             tx,
-            crypto: &FakeCrypto,
+            crypto: &SoftCrypto::new("join-token", tx.clock()),
+            tpm: &NoTpm,
         },
         request,
     )
@@ -194,18 +78,18 @@ fn verify(tx: &FakeTx, request: &JoinRequest) -> Outcome {
 
 /// Asserts a refusal with `code` that names the token and its tenant and spent nothing.
 #[track_caller]
-fn assert_refused(tx: &FakeTx, request: &JoinRequest, code: &str) {
-    let before = tx.uses_left("tok_1");
+fn assert_refused(tx: &MemoryTx, request: &JoinRequest, code: &str) {
+    let before = left(tx, "tok_1");
     assert_eq!(
         verify(tx, request),
         refuse(code).token("tok_1").tenant("ten_1").into()
     );
-    assert_eq!(tx.uses_left("tok_1"), before, "a refusal spent a use");
+    assert_eq!(left(tx, "tok_1"), before, "a refusal spent a use");
 }
 
 #[test]
 fn node_token_admits_node_and_spends_a_use() {
-    let tx = FakeTx::with(token(TokenRole::Node));
+    let tx = tx_with(token(TokenRole::Node));
     let outcome = verify(&tx, &request(JoinRole::Node, SECRET));
     assert_eq!(
         outcome,
@@ -223,24 +107,24 @@ fn node_token_admits_node_and_spends_a_use() {
             subject: Some("token:tok_1".into()),
         })
     );
-    assert_eq!(tx.uses_left("tok_1"), 1);
+    assert_eq!(left(&tx, "tok_1"), 1);
 }
 
 #[test]
 fn site_token_admits_site() {
-    let tx = FakeTx::with(token(TokenRole::Site));
+    let tx = tx_with(token(TokenRole::Site));
     let Outcome::Admitted(result) = verify(&tx, &request(JoinRole::Site, SECRET)) else {
         panic!("site token refused");
     };
     assert_eq!(result.token_id.as_deref(), Some("tok_1"));
-    assert_eq!(tx.uses_left("tok_1"), 1);
+    assert_eq!(left(&tx, "tok_1"), 1);
 }
 
 #[test]
 fn expected_node_is_rekeyed() {
     let mut row = token(TokenRole::Node);
     row.expect.node_id = Some("node_7".into());
-    let tx = FakeTx::with(row);
+    let tx = tx_with(row);
     let Outcome::Admitted(result) = verify(&tx, &request(JoinRole::Node, SECRET)) else {
         panic!("token with expected node refused");
     };
@@ -251,26 +135,26 @@ fn expected_node_is_rekeyed() {
 fn last_use_admits() {
     let mut row = token(TokenRole::Node);
     row.uses_left = 1;
-    let tx = FakeTx::with(row);
+    let tx = tx_with(row);
     assert!(matches!(
         verify(&tx, &request(JoinRole::Node, SECRET)),
         Outcome::Admitted(_)
     ));
-    assert_eq!(tx.uses_left("tok_1"), 0);
+    assert_eq!(left(&tx, "tok_1"), 0);
 }
 
 #[test]
 fn request_without_token_is_refused() {
-    let tx = FakeTx::with(token(TokenRole::Node));
+    let tx = tx_with(token(TokenRole::Node));
     let mut request = request(JoinRole::Node, SECRET);
     request.token = None;
     assert_eq!(verify(&tx, &request), refuse(reason::NO_TOKEN).into());
-    assert_eq!(tx.uses_left("tok_1"), 2);
+    assert_eq!(left(&tx, "tok_1"), 2);
 }
 
 #[test]
 fn unknown_token_is_refused() {
-    let tx = FakeTx::default();
+    let tx = MemoryTx::new(NOW);
     assert_eq!(
         verify(&tx, &request(JoinRole::Node, SECRET)),
         refuse(reason::UNKNOWN_TOKEN).token("tok_1").into()
@@ -279,18 +163,18 @@ fn unknown_token_is_refused() {
 
 #[test]
 fn storage_failure_while_locking_is_refused() {
-    let tx = FakeTx::with(token(TokenRole::Node));
-    tx.fail_lock.set(true);
+    let tx = tx_with(token(TokenRole::Node));
+    tx.fail(Op::LockToken);
     assert_eq!(
         verify(&tx, &request(JoinRole::Node, SECRET)),
         refuse(reason::STORAGE).token("tok_1").into()
     );
-    assert_eq!(tx.uses_left("tok_1"), 2);
+    assert_eq!(left(&tx, "tok_1"), 2);
 }
 
 #[test]
 fn wrong_secret_is_refused() {
-    let tx = FakeTx::with(token(TokenRole::Node));
+    let tx = tx_with(token(TokenRole::Node));
     assert_refused(&tx, &request(JoinRole::Node, b"wrong"), reason::BAD_SECRET);
     assert_refused(&tx, &request(JoinRole::Node, b""), reason::BAD_SECRET);
     let mut truncated = SECRET.to_vec();
@@ -306,7 +190,7 @@ fn wrong_secret_is_refused() {
 fn revoked_token_is_refused() {
     let mut row = token(TokenRole::Node);
     row.revoked = true;
-    let tx = FakeTx::with(row);
+    let tx = tx_with(row);
     assert_refused(&tx, &request(JoinRole::Node, SECRET), reason::REVOKED);
 }
 
@@ -314,7 +198,7 @@ fn revoked_token_is_refused() {
 fn token_expires_at_its_expiry() {
     let mut row = token(TokenRole::Node);
     row.expires_at = NOW;
-    let tx = FakeTx::with(row);
+    let tx = tx_with(row);
     assert_refused(&tx, &request(JoinRole::Node, SECRET), reason::EXPIRED);
 }
 
@@ -322,7 +206,7 @@ fn token_expires_at_its_expiry() {
 fn spent_token_is_refused() {
     let mut row = token(TokenRole::Node);
     row.uses_left = 0;
-    let tx = FakeTx::with(row);
+    let tx = tx_with(row);
     assert_refused(&tx, &request(JoinRole::Node, SECRET), reason::NO_USES_LEFT);
 }
 
@@ -337,7 +221,7 @@ fn token_admits_only_its_own_role() {
     let join_roles = [JoinRole::Node, JoinRole::Site, JoinRole::Ramdisk];
     for token_role in token_roles {
         for join_role in join_roles {
-            let tx = FakeTx::with(token(token_role));
+            let tx = tx_with(token(token_role));
             let request = request(join_role, SECRET);
             let admitted = matches!(
                 (token_role, join_role),
@@ -357,8 +241,8 @@ fn token_admits_only_its_own_role() {
 
 #[test]
 fn storage_failure_while_consuming_is_refused() {
-    let tx = FakeTx::with(token(TokenRole::Node));
-    tx.fail_consume.set(true);
+    let tx = tx_with(token(TokenRole::Node));
+    tx.fail(Op::ConsumeToken);
     assert_refused(&tx, &request(JoinRole::Node, SECRET), reason::STORAGE);
 }
 
@@ -369,22 +253,22 @@ fn checks_run_in_order() {
     row.revoked = true;
     row.expires_at = NOW - 1;
     row.uses_left = 0;
-    let tx = FakeTx::with(row);
+    let tx = tx_with(row);
     assert_refused(
         &tx,
         &request(JoinRole::Ramdisk, b"wrong"),
         reason::BAD_SECRET,
     );
     assert_refused(&tx, &request(JoinRole::Ramdisk, SECRET), reason::REVOKED);
-    tx.tokens.borrow_mut().get_mut("tok_1").unwrap().revoked = false;
+    tx.update_token("tok_1", |t| t.revoked = false);
     assert_refused(&tx, &request(JoinRole::Ramdisk, SECRET), reason::EXPIRED);
-    tx.tokens.borrow_mut().get_mut("tok_1").unwrap().expires_at = NOW + 1;
+    tx.update_token("tok_1", |t| t.expires_at = NOW + 1);
     assert_refused(
         &tx,
         &request(JoinRole::Ramdisk, SECRET),
         reason::NO_USES_LEFT,
     );
-    tx.tokens.borrow_mut().get_mut("tok_1").unwrap().uses_left = 1;
+    tx.update_token("tok_1", |t| t.uses_left = 1);
     assert_refused(&tx, &request(JoinRole::Ramdisk, SECRET), reason::WRONG_ROLE);
 }
 
@@ -406,18 +290,20 @@ fn configuration_is_empty() {
     assert!(JoinToken::configure("[]").is_err());
 }
 
-/// [`super::checked_single_use_token`] with the fake transaction, spending nothing.
+/// [`gatehouse_sdk::token::checked_single_use`] with the in-memory transaction, spending
+/// nothing.
 fn single_use(
-    tx: &FakeTx,
+    tx: &MemoryTx,
     role: TokenRole,
     join: JoinRole,
 ) -> Result<Token, gatehouse_sdk::Refusal> {
     let mut request = request(join, SECRET);
     request.attestor = "provisioned".into();
-    super::checked_single_use_token(
+    gatehouse_sdk::token::checked_single_use(
         &Context {
             tx,
-            crypto: &FakeCrypto,
+            crypto: &SoftCrypto::new("provisioned", tx.clock()),
+            tpm: &NoTpm,
         },
         &request,
         role,
@@ -433,7 +319,7 @@ fn single_use_token_needs_exactly_one_use_left() {
     ] {
         let mut row = token(TokenRole::Provisioned);
         row.uses_left = uses_left;
-        let tx = FakeTx::with(row);
+        let tx = tx_with(row);
         let checked = single_use(&tx, TokenRole::Provisioned, JoinRole::Node);
         match expected {
             Ok(()) => assert_eq!(checked.unwrap().id, "tok_1"),
@@ -442,7 +328,7 @@ fn single_use_token_needs_exactly_one_use_left() {
                 refuse(code).token("tok_1").tenant("ten_1")
             ),
         }
-        assert_eq!(tx.uses_left("tok_1"), uses_left, "the check spent a use");
+        assert_eq!(left(&tx, "tok_1"), uses_left, "the check spent a use");
     }
 }
 
@@ -464,19 +350,19 @@ fn single_use_token_role_must_match() {
     ] {
         let mut row = token(minted);
         row.uses_left = 1;
-        let tx = FakeTx::with(row);
+        let tx = tx_with(row);
         assert_eq!(single_use(&tx, asked, join).unwrap_err(), wrong);
     }
     let mut row = token(TokenRole::Discovery);
     row.uses_left = 1;
-    let tx = FakeTx::with(row);
+    let tx = tx_with(row);
     assert!(single_use(&tx, TokenRole::Discovery, JoinRole::Ramdisk).is_ok());
 }
 
 #[test]
 fn join_token_refuses_single_use_tokens() {
     for role in [TokenRole::Provisioned, TokenRole::Discovery] {
-        let tx = FakeTx::with(token(role));
+        let tx = tx_with(token(role));
         assert_refused(&tx, &request(JoinRole::Node, SECRET), reason::WRONG_ROLE);
     }
 }

@@ -9,7 +9,7 @@
 //! 1. the request's token is live and of role `provisioned`, the machine asks to join as
 //!    `node`, and the token has exactly one use left (`not-single-use` for a token minted for
 //!    several machines, which is never a machine credential; `no-uses-left` once spent), as
-//!    join-token's [`checked_single_use_token`] checks it;
+//!    the SDK's [`gatehouse_sdk::token::checked_single_use`] checks it;
 //! 2. the request carries no evidence bytes (the token is the evidence);
 //! 3. the machine claims a product UUID (`no-product-uuid`);
 //! 4. the token is bound to one machine: by its `expect.productUuid`, or by the target the
@@ -28,10 +28,9 @@
 //! The crate is both the component the host loads and an `rlib`: [`Provisioned`] runs natively
 //! through [`gatehouse_sdk::Attestor`] too.
 
-use gatehouse_attestor_join_token::checked_single_use_token;
 use gatehouse_sdk::{
     AttestationResult, Attestor, Context, Info, JoinRequest, NodeKeyAttestation, Outcome, Refusal,
-    Token, TokenRole, reason, refuse,
+    Token, TokenRole, reason, refuse, token,
 };
 
 /// The workflow state in which a workflow still vouches for the token it minted: a completed,
@@ -72,7 +71,6 @@ impl Attestor for Provisioned {
     }
 }
 
-#[cfg(feature = "component")]
 gatehouse_sdk::export_attestor!(Provisioned);
 
 /// The node a provisioned token was minted for, as the resolver finds it.
@@ -109,7 +107,7 @@ pub fn resolve_target(cx: &Context<'_>, token: &Token) -> Result<Option<Target>,
 /// Decides one join, spending the token when it admits.
 fn admit(cx: &Context<'_>, request: &JoinRequest) -> Result<AttestationResult, Refusal> {
     // 1. The token: live, of role provisioned, for a node, exactly one use left.
-    let token = checked_single_use_token(cx, request, TokenRole::Provisioned)?;
+    let token = token::checked_single_use(cx, request, TokenRole::Provisioned)?;
     let refusal = |code: &str| refuse(code).token(&token.id).tenant(&token.tenant_id);
 
     // 2. Nothing but the token.
@@ -176,5 +174,4 @@ impl NodeOpt for Refusal {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

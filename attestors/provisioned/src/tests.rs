@@ -1,15 +1,12 @@
 //! provisioned against an in-memory transaction: every branch of [`admit`](super::admit) and
 //! of the resolver.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
-
 use gatehouse_sdk::{
-    AttestationResult, Attestor, Context, Crypto, CryptoError, HardwareClaims, Inventory,
-    JoinRequest, JoinRequestRow, JoinRole, Lease, Node, NodeCert, NodeKeyAttestation, OpenedToken,
-    Outcome, SignatureScheme, TimestampMs, Token, TokenExpect, TokenRole, Tx, TxError, UseError,
-    VerifiedChain, Workflow, reason, refuse,
+    AttestationResult, Attestor, Context, HardwareClaims, Inventory, JoinRequest, JoinRole, NoTpm,
+    NodeKeyAttestation, OpenedToken, Outcome, TimestampMs, Token, TokenExpect, TokenRole, Workflow,
+    reason, refuse,
 };
+use gatehouse_sdk_test::{MemoryTx, Op, SoftCrypto};
 use sha2::Digest as _;
 
 use super::{BAD_EVIDENCE, Provisioned, Target};
@@ -19,30 +16,25 @@ const SECRET: &[u8] = b"correct horse battery staple";
 const UUID: &str = "4c4c4544-0042-3510-8052-b4c04f384d32";
 const OTHER_UUID: &str = "00000000-0000-0000-0000-000000000001";
 
-/// The rows provisioned reads: tokens, workflows by the token they minted, inventories by node.
-/// Operations provisioned must not use panic.
-#[derive(Default)]
-struct FakeTx {
-    tokens: RefCell<HashMap<String, Token>>,
-    locked: RefCell<HashSet<String>>,
-    workflows: RefCell<HashMap<String, Workflow>>,
-    inventories: RefCell<HashMap<String, Inventory>>,
-    fail_workflow: Cell<bool>,
-    fail_inventory: Cell<bool>,
+/// A transaction holding `token`.
+fn with(token: Token) -> MemoryTx {
+    let tx = MemoryTx::new(NOW);
+    tx.insert_token(token);
+    tx
 }
 
-impl FakeTx {
-    fn with(token: Token) -> Self {
-        let tx = FakeTx::default();
-        tx.tokens.borrow_mut().insert(token.id.clone(), token);
-        tx
-    }
-
+/// The rows provisioned reads beside the token.
+trait Rows {
     /// A workflow in `state` that minted `tok_1` for `node_7`, whose newest inventory reported
     /// `uuid`.
+    fn provisioning(self, state: &str, uuid: Option<&str>) -> Self;
+    fn uses_left(&self, id: &str) -> u32;
+}
+
+impl Rows for MemoryTx {
     fn provisioning(self, state: &str, uuid: Option<&str>) -> Self {
-        self.workflows.borrow_mut().insert(
-            "tok_1".into(),
+        self.insert_workflow(
+            "tok_1",
             Workflow {
                 id: "wf_1".into(),
                 node_id: "node_7".into(),
@@ -50,124 +42,17 @@ impl FakeTx {
                 step: "userdata.render".into(),
             },
         );
-        self.inventories.borrow_mut().insert(
-            "node_7".into(),
-            Inventory {
-                node_id: "node_7".into(),
-                product_uuid: uuid.map(str::to_owned),
-                macs: vec!["aa:bb:cc:dd:ee:ff".into()],
-                recorded_at: NOW - 1,
-            },
-        );
+        self.insert_inventory(Inventory {
+            node_id: "node_7".into(),
+            product_uuid: uuid.map(str::to_owned),
+            macs: vec!["aa:bb:cc:dd:ee:ff".into()],
+            recorded_at: NOW - 1,
+        });
         self
     }
 
     fn uses_left(&self, id: &str) -> u32 {
-        self.tokens.borrow()[id].uses_left
-    }
-}
-
-impl Tx for FakeTx {
-    fn now(&self) -> TimestampMs {
-        NOW
-    }
-    fn lock_token(&self, id: &str) -> Result<Option<Token>, TxError> {
-        let token = self.tokens.borrow().get(id).cloned();
-        if token.is_some() {
-            self.locked.borrow_mut().insert(id.to_owned());
-        }
-        Ok(token)
-    }
-    fn consume_token(&self, id: &str) -> Result<u32, TxError> {
-        if !self.locked.borrow().contains(id) {
-            return Err(TxError::Invalid("not locked".into()));
-        }
-        let mut tokens = self.tokens.borrow_mut();
-        let token = tokens
-            .get_mut(id)
-            .ok_or_else(|| TxError::Invalid("no such token".into()))?;
-        token.uses_left = token
-            .uses_left
-            .checked_sub(1)
-            .ok_or_else(|| TxError::Invalid("no use left".into()))?;
-        Ok(token.uses_left)
-    }
-    fn node(&self, _: &str) -> Result<Option<Node>, TxError> {
-        unimplemented!("provisioned reads no node: JoinService checks the target")
-    }
-    fn node_cert(&self, _: &[u8]) -> Result<Option<NodeCert>, TxError> {
-        unimplemented!("provisioned reads no certificate")
-    }
-    fn bound_node(&self, _: &str, _: &str) -> Result<Option<String>, TxError> {
-        unimplemented!("provisioned reads no binding")
-    }
-    fn lease(&self, _: &str) -> Result<Option<Lease>, TxError> {
-        unimplemented!("provisioned reads no lease")
-    }
-    fn newest_inventory(&self, node_id: &str) -> Result<Option<Inventory>, TxError> {
-        if self.fail_inventory.get() {
-            return Err(TxError::Storage);
-        }
-        Ok(self.inventories.borrow().get(node_id).cloned())
-    }
-    fn token_workflow(&self, token_id: &str) -> Result<Option<Workflow>, TxError> {
-        if self.fail_workflow.get() {
-            return Err(TxError::Storage);
-        }
-        Ok(self.workflows.borrow().get(token_id).cloned())
-    }
-    fn record_use(&self, _: &str, _: TimestampMs) -> Result<(), UseError> {
-        unimplemented!("provisioned records no use: the token itself is single-use")
-    }
-    fn open_join_request(&self, _: &str, _: &str) -> Result<JoinRequestRow, TxError> {
-        unimplemented!("provisioned opens no join request")
-    }
-    fn join_request(&self, _: &str) -> Result<Option<JoinRequestRow>, TxError> {
-        unimplemented!("provisioned reads no join request")
-    }
-    fn consume_join_request(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!("provisioned consumes no join request")
-    }
-    fn kv_get(&self, _: &str) -> Result<Option<Vec<u8>>, TxError> {
-        unimplemented!("provisioned keeps no state")
-    }
-    fn kv_put(&self, _: &str, _: &[u8]) -> Result<(), TxError> {
-        unimplemented!("provisioned keeps no state")
-    }
-    fn kv_delete(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!("provisioned keeps no state")
-    }
-}
-
-/// SHA-256 only: provisioned verifies no signature and seals nothing.
-struct FakeCrypto;
-
-impl Crypto for FakeCrypto {
-    fn sha256(&self, data: &[u8]) -> Vec<u8> {
-        sha2::Sha256::digest(data).to_vec()
-    }
-    fn verify_signature(
-        &self,
-        _: SignatureScheme,
-        _: &[u8],
-        _: &[u8],
-        _: &[u8],
-    ) -> Result<(), CryptoError> {
-        unimplemented!("provisioned verifies no signature")
-    }
-    fn verify_chain(
-        &self,
-        _: &[Vec<u8>],
-        _: &[Vec<u8>],
-        _: TimestampMs,
-    ) -> Result<VerifiedChain, CryptoError> {
-        unimplemented!("provisioned verifies no chain")
-    }
-    fn seal_state(&self, _: &[u8], _: &[u8]) -> Vec<u8> {
-        unimplemented!("provisioned seals nothing")
-    }
-    fn open_state(&self, _: &[u8], _: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        unimplemented!("provisioned seals nothing")
+        self.token(id).unwrap().uses_left
     }
 }
 
@@ -218,12 +103,13 @@ fn request(product_uuid: Option<&str>) -> JoinRequest {
     }
 }
 
-fn verify(tx: &FakeTx, request: &JoinRequest) -> Outcome {
+fn verify(tx: &MemoryTx, request: &JoinRequest) -> Outcome {
     let attestor = Provisioned::configure("{}").unwrap();
     attestor.verify(
         &Context {
             tx,
-            crypto: &FakeCrypto,
+            crypto: &SoftCrypto::new("provisioned", tx.clock()),
+            tpm: &NoTpm,
         },
         request,
     )
@@ -245,7 +131,7 @@ fn admitted(node_id: Option<&str>, uuid: &str) -> Outcome {
 
 /// Asserts a refusal with `code` naming the token, its tenant and `node`, that spent nothing.
 #[track_caller]
-fn assert_refused(tx: &FakeTx, request: &JoinRequest, code: &str, node: Option<&str>) {
+fn assert_refused(tx: &MemoryTx, request: &JoinRequest, code: &str, node: Option<&str>) {
     let before = tx.uses_left("tok_1");
     let mut expected = refuse(code).token("tok_1").tenant("ten_1");
     expected.node_id = node.map(str::to_owned);
@@ -255,7 +141,7 @@ fn assert_refused(tx: &FakeTx, request: &JoinRequest, code: &str, node: Option<&
 
 #[test]
 fn the_running_workflows_target_is_re_keyed_when_the_uuid_matches() {
-    let tx = FakeTx::with(token()).provisioning("running", Some(UUID));
+    let tx = with(token()).provisioning("running", Some(UUID));
     assert_eq!(
         verify(&tx, &request(Some(UUID))),
         admitted(Some("node_7"), UUID)
@@ -268,7 +154,7 @@ fn the_running_workflows_target_is_re_keyed_when_the_uuid_matches() {
 #[test]
 fn uuids_compare_without_case_and_the_subject_is_lowercase() {
     let upper = UUID.to_ascii_uppercase();
-    let tx = FakeTx::with(token()).provisioning("running", Some(&upper));
+    let tx = with(token()).provisioning("running", Some(&upper));
     assert_eq!(
         verify(&tx, &request(Some(&upper))),
         admitted(Some("node_7"), UUID)
@@ -277,7 +163,7 @@ fn uuids_compare_without_case_and_the_subject_is_lowercase() {
 
 #[test]
 fn another_machine_than_the_targets_inventory_is_a_mismatch() {
-    let tx = FakeTx::with(token()).provisioning("running", Some(UUID));
+    let tx = with(token()).provisioning("running", Some(UUID));
     assert_refused(
         &tx,
         &request(Some(OTHER_UUID)),
@@ -288,11 +174,11 @@ fn another_machine_than_the_targets_inventory_is_a_mismatch() {
 
 #[test]
 fn without_a_target_expect_product_uuid_binds_a_new_node() {
-    let tx = FakeTx::with(token_expecting(UUID));
+    let tx = with(token_expecting(UUID));
     assert_eq!(verify(&tx, &request(Some(UUID))), admitted(None, UUID));
     assert_eq!(tx.uses_left("tok_1"), 0);
 
-    let tx = FakeTx::with(token_expecting(UUID));
+    let tx = with(token_expecting(UUID));
     assert_refused(
         &tx,
         &request(Some(OTHER_UUID)),
@@ -305,7 +191,7 @@ fn without_a_target_expect_product_uuid_binds_a_new_node() {
 fn expect_and_target_must_both_match() {
     // The token's expect names one machine, the workflow's inventory another: no claim fits.
     for claim in [UUID, OTHER_UUID] {
-        let tx = FakeTx::with(token_expecting(OTHER_UUID)).provisioning("running", Some(UUID));
+        let tx = with(token_expecting(OTHER_UUID)).provisioning("running", Some(UUID));
         assert_refused(
             &tx,
             &request(Some(claim)),
@@ -314,7 +200,7 @@ fn expect_and_target_must_both_match() {
         );
     }
     // Agreeing, they admit as the target.
-    let tx = FakeTx::with(token_expecting(UUID)).provisioning("running", Some(UUID));
+    let tx = with(token_expecting(UUID)).provisioning("running", Some(UUID));
     assert_eq!(
         verify(&tx, &request(Some(UUID))),
         admitted(Some("node_7"), UUID)
@@ -324,25 +210,25 @@ fn expect_and_target_must_both_match() {
 #[test]
 fn nothing_binding_the_token_is_unbound() {
     // No workflow minted it and it expects nothing.
-    let tx = FakeTx::with(token());
+    let tx = with(token());
     assert_refused(&tx, &request(Some(UUID)), reason::UNBOUND, None);
     // The workflow's node reported no product UUID: a target, but no machine to bind to.
-    let tx = FakeTx::with(token()).provisioning("running", None);
+    let tx = with(token()).provisioning("running", None);
     assert_refused(&tx, &request(Some(UUID)), reason::UNBOUND, Some("node_7"));
     // A workflow that is no longer running vouches for nothing.
     for state in ["succeeded", "failed", "cancelled"] {
-        let tx = FakeTx::with(token()).provisioning(state, Some(UUID));
+        let tx = with(token()).provisioning(state, Some(UUID));
         assert_refused(&tx, &request(Some(UUID)), reason::UNBOUND, None);
     }
     // Its expect alone still binds a finished workflow's token, as a new node.
-    let tx = FakeTx::with(token_expecting(UUID)).provisioning("succeeded", Some(UUID));
+    let tx = with(token_expecting(UUID)).provisioning("succeeded", Some(UUID));
     assert_eq!(verify(&tx, &request(Some(UUID))), admitted(None, UUID));
 }
 
 #[test]
 fn a_machine_without_a_product_uuid_is_refused() {
     for claim in [None, Some(""), Some("  ")] {
-        let tx = FakeTx::with(token_expecting(UUID));
+        let tx = with(token_expecting(UUID));
         assert_refused(&tx, &request(claim), reason::NO_PRODUCT_UUID, None);
     }
 }
@@ -352,7 +238,7 @@ fn only_a_single_use_provisioned_token_for_a_node() {
     let mut two = token_expecting(UUID);
     two.uses_left = 2;
     assert_refused(
-        &FakeTx::with(two),
+        &with(two),
         &request(Some(UUID)),
         reason::NOT_SINGLE_USE,
         None,
@@ -360,7 +246,7 @@ fn only_a_single_use_provisioned_token_for_a_node() {
     let mut spent = token_expecting(UUID);
     spent.uses_left = 0;
     assert_refused(
-        &FakeTx::with(spent),
+        &with(spent),
         &request(Some(UUID)),
         reason::NO_USES_LEFT,
         None,
@@ -368,46 +254,26 @@ fn only_a_single_use_provisioned_token_for_a_node() {
     for role in [TokenRole::Node, TokenRole::Site, TokenRole::Discovery] {
         let mut t = token_expecting(UUID);
         t.role = role;
-        assert_refused(
-            &FakeTx::with(t),
-            &request(Some(UUID)),
-            reason::WRONG_ROLE,
-            None,
-        );
+        assert_refused(&with(t), &request(Some(UUID)), reason::WRONG_ROLE, None);
     }
     for role in [JoinRole::Site, JoinRole::Ramdisk] {
         let mut r = request(Some(UUID));
         r.role = role;
-        assert_refused(
-            &FakeTx::with(token_expecting(UUID)),
-            &r,
-            reason::WRONG_ROLE,
-            None,
-        );
+        assert_refused(&with(token_expecting(UUID)), &r, reason::WRONG_ROLE, None);
     }
     let mut revoked = token_expecting(UUID);
     revoked.revoked = true;
-    assert_refused(
-        &FakeTx::with(revoked),
-        &request(Some(UUID)),
-        reason::REVOKED,
-        None,
-    );
+    assert_refused(&with(revoked), &request(Some(UUID)), reason::REVOKED, None);
     let mut expired = token_expecting(UUID);
     expired.expires_at = NOW;
-    assert_refused(
-        &FakeTx::with(expired),
-        &request(Some(UUID)),
-        reason::EXPIRED,
-        None,
-    );
+    assert_refused(&with(expired), &request(Some(UUID)), reason::EXPIRED, None);
     let mut wrong = request(Some(UUID));
     wrong.token = Some(OpenedToken {
         id: "tok_1".into(),
         secret: b"guess".to_vec(),
     });
     assert_refused(
-        &FakeTx::with(token_expecting(UUID)),
+        &with(token_expecting(UUID)),
         &wrong,
         reason::BAD_SECRET,
         None,
@@ -419,30 +285,31 @@ fn a_request_without_a_token_or_with_evidence_is_refused() {
     let mut r = request(Some(UUID));
     r.token = None;
     assert_eq!(
-        verify(&FakeTx::with(token_expecting(UUID)), &r),
+        verify(&with(token_expecting(UUID)), &r),
         Outcome::Refused(refuse(reason::NO_TOKEN))
     );
     let mut r = request(Some(UUID));
     r.attestation = b"{}".to_vec();
-    assert_refused(&FakeTx::with(token_expecting(UUID)), &r, BAD_EVIDENCE, None);
+    assert_refused(&with(token_expecting(UUID)), &r, BAD_EVIDENCE, None);
 }
 
 #[test]
 fn storage_failures_refuse_and_spend_nothing() {
-    let tx = FakeTx::with(token()).provisioning("running", Some(UUID));
-    tx.fail_workflow.set(true);
+    let tx = with(token()).provisioning("running", Some(UUID));
+    tx.fail(Op::TokenWorkflow);
     assert_refused(&tx, &request(Some(UUID)), reason::STORAGE, None);
-    let tx = FakeTx::with(token()).provisioning("running", Some(UUID));
-    tx.fail_inventory.set(true);
+    let tx = with(token()).provisioning("running", Some(UUID));
+    tx.fail(Op::NewestInventory);
     assert_refused(&tx, &request(Some(UUID)), reason::STORAGE, None);
 }
 
 #[test]
 fn the_resolver_names_the_running_workflows_node_and_its_newest_uuid() {
-    let tx = FakeTx::with(token()).provisioning("running", Some(UUID));
+    let tx = with(token()).provisioning("running", Some(UUID));
     let cx = Context {
         tx: &tx,
-        crypto: &FakeCrypto,
+        crypto: &SoftCrypto::new("provisioned", tx.clock()),
+        tpm: &NoTpm,
     };
     assert_eq!(
         super::resolve_target(&cx, &token()).unwrap(),

@@ -244,7 +244,6 @@ fn certificates(text: &str) -> Result<Vec<Vec<u8>>, String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -2,7 +2,7 @@
 //!
 //! Two rounds (three when an operator approves), the go-attestation enrollment flow ([`gatehouse_proto::tpm`] is the wire
 //! contract); every TPM structure is checked by the host's native `tpm` import through
-//! [`gatehouse_sdk::Crypto`]'s `tpm_*` methods.
+//! [`gatehouse_sdk::Tpm`] (the host's `tpm` imports).
 //!
 //! 1. **Enroll**: the EK certificate chains to a configured `ekRoots` entry and certifies the
 //!    EK public area (`ek-untrusted`); the AK is a restricted signing key that cannot leave the
@@ -120,6 +120,9 @@ pub struct Tpm {
 }
 
 impl Attestor for Tpm {
+    /// The host's TPM checks are the whole point: the component imports `tpm`.
+    const TPM: bool = true;
+
     fn info() -> Info {
         Info {
             id: "tpm".into(),
@@ -144,7 +147,6 @@ impl Attestor for Tpm {
     }
 }
 
-#[cfg(feature = "component")]
 gatehouse_sdk::export_attestor!(Tpm);
 
 /// What round 1 seals for round 2.
@@ -228,8 +230,8 @@ impl Tpm {
         }
         let ek_sha256 = ek_hash(cx, &enrollment.ek_public)?;
         let now = cx.tx.now();
-        cx.crypto
-            .tpm_verify_ek(
+        cx.tpm
+            .verify_ek(
                 &enrollment.ek_public,
                 &enrollment.ek_certificate,
                 &enrollment.ek_chain,
@@ -241,8 +243,8 @@ impl Tpm {
                 _ => refuse(EK_MALFORMED),
             })?;
         let ak = cx
-            .crypto
-            .tpm_check_ak(&enrollment.ak_public)
+            .tpm
+            .check_ak(&enrollment.ak_public)
             .map_err(|e| match e {
                 TpmError::Attributes(_) => refuse(AK_ATTRIBUTES),
                 _ => refuse(AK_MALFORMED),
@@ -316,8 +318,8 @@ impl Tpm {
             })
             .collect();
         let covered = cx
-            .crypto
-            .tpm_verify_quote(
+            .tpm
+            .verify_quote(
                 &ak_public,
                 &answer.quote.attest,
                 &answer.quote.signature,
@@ -341,8 +343,8 @@ impl Tpm {
         let ak_statement = match &answer.node_key {
             Some(node_key) => {
                 let key = cx
-                    .crypto
-                    .tpm_verify_certify(
+                    .tpm
+                    .verify_certify(
                         &ak_public,
                         &node_key.certify_info,
                         &node_key.signature,
@@ -354,8 +356,8 @@ impl Tpm {
                     return Err(refuse(reason::NODE_KEY_NOT_CSR));
                 }
                 let ak = cx
-                    .crypto
-                    .tpm_parse_public(&ak_public)
+                    .tpm
+                    .parse_public(&ak_public)
                     .map_err(|_| refuse(AK_MALFORMED))?;
                 Some(ak_statement(&ak.name).ok_or_else(|| refuse(AK_MALFORMED))?)
             }
@@ -526,8 +528,8 @@ impl Tpm {
         let ek_public = decode(&proven.ek_public).map_err(|_| refuse(reason::STORAGE))?;
         let ak_public = decode(&proven.ak_public).map_err(|_| refuse(reason::STORAGE))?;
         let ak = cx
-            .crypto
-            .tpm_check_ak(&ak_public)
+            .tpm
+            .check_ak(&ak_public)
             .map_err(|_| refuse(reason::STORAGE))?;
         challenge(
             cx,
@@ -558,8 +560,8 @@ fn challenge(
     let mut secret = [0u8; SECRET_LEN];
     getrandom::fill(&mut secret).map_err(|_| refuse(reason::STORAGE))?;
     let credential = cx
-        .crypto
-        .tpm_make_credential(ek_public, ak_name, &secret)
+        .tpm
+        .make_credential(ek_public, ak_name, &secret)
         .map_err(|_| refuse(EK_UNSUPPORTED))?;
     state.secret = gatehouse_sdk::b64url::encode(&secret);
     let plaintext = serde_json::to_vec(&state).map_err(|_| refuse(reason::STORAGE))?;
@@ -628,8 +630,8 @@ fn node_key_reason(e: &TpmError) -> &'static str {
 fn ek_hash(cx: &Context<'_>, ek_public: &[u8]) -> Result<String, Refusal> {
     let hash = cx.crypto.sha256(ek_public);
     let info = cx
-        .crypto
-        .tpm_parse_public(ek_public)
+        .tpm
+        .parse_public(ek_public)
         .map_err(|_| refuse(EK_MALFORMED))?;
     let bare = match info.name_alg {
         SHA256_ALG => {
@@ -697,5 +699,4 @@ fn role_name(role: JoinRole) -> &'static str {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

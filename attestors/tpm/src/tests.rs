@@ -1,9 +1,7 @@
-//! The tpm attestor against an in-memory transaction, a software TPM (P-256 AK and node key
-//! from RustCrypto, structures marshalled per Part 2) and a fake host whose `tpm_*` functions
-//! are `gatehouse-tpm`'s own checks: both rounds, every placement and every reason code.
-
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+//! The tpm attestor with the SDK test kit (an in-memory transaction, software cryptography and
+//! TPM checks that are `gatehouse-tpm`'s own) and a software TPM (P-256 AK and node key from
+//! RustCrypto, structures marshalled per Part 2): both rounds, every placement and every
+//! reason code.
 
 use base64::Engine as _;
 use gatehouse_proto::tpm::{
@@ -11,16 +9,15 @@ use gatehouse_proto::tpm::{
     ak_statement, quote_nonce_input,
 };
 use gatehouse_sdk::{
-    Attestor, Context, Crypto, CryptoError, Deferral, HardwareClaims, Inventory, JoinRequest,
-    JoinRequestRow, JoinRequestState, JoinRole, Lease, Node, NodeCert, NodeKeyAttestation,
-    OpenedToken, Outcome, SignatureScheme, TimestampMs, Token, TpmCredential, TpmError,
-    TpmPcrValue, TpmPublicInfo, Tx, TxError, UseError, VerifiedChain, Workflow, reason,
+    Attestor, Deferral, HardwareClaims, JoinRequest, JoinRole, Node, NodeKeyAttestation,
+    OpenedToken, Outcome, TimestampMs, TpmCredential, Tx as _, reason,
 };
+use gatehouse_sdk_test::{Kit, SoftTpm};
 use gatehouse_tpm::marshal::{
     AK_ATTRIBUTES, NODE_KEY_ATTRIBUTES, certify_attest, ecc_p256_public, ecc_p384_ek_public,
     ecdsa_sha256_signature, quote_attest, rsa_ek_public,
 };
-use gatehouse_tpm::{HashAlg, RustCryptoVerifier, attr};
+use gatehouse_tpm::{HashAlg, attr};
 use p256::ecdsa::signature::Signer as _;
 use p256::ecdsa::{Signature, SigningKey};
 use p256::pkcs8::EncodePublicKey as _;
@@ -29,296 +26,19 @@ use sha2::Digest as _;
 use super::*;
 
 const NOW: TimestampMs = 1_790_000_000_000;
-const EK_CERT: &[u8] = b"the EK certificate";
-const ROOT_DER: &[u8] = b"the manufacturer root";
 
 fn sha256(data: &[u8]) -> Vec<u8> {
     sha2::Sha256::digest(data).to_vec()
 }
 
-/// The `nodes`, `node_bindings`, `join_requests` and key/value tables of one transaction.
-#[derive(Default)]
-struct FakeTx {
-    now: Cell<TimestampMs>,
-    nodes: RefCell<HashMap<String, Node>>,
-    bindings: RefCell<HashMap<(String, String), String>>,
-    requests: RefCell<HashMap<String, JoinRequestRow>>,
-    /// Details each request was opened with.
-    details: RefCell<HashMap<String, String>>,
-    kv: RefCell<HashMap<String, Vec<u8>>>,
-    /// The single-use ledger: subject to expiry.
-    uses: RefCell<HashMap<String, TimestampMs>>,
-}
-
-impl FakeTx {
-    fn new() -> Self {
-        let tx = FakeTx::default();
-        tx.now.set(NOW);
-        tx
-    }
-}
-
-impl Tx for FakeTx {
-    fn now(&self) -> TimestampMs {
-        self.now.get()
-    }
-    fn lock_token(&self, _: &str) -> Result<Option<Token>, TxError> {
-        unimplemented!("tpm locks no token")
-    }
-    fn consume_token(&self, _: &str) -> Result<u32, TxError> {
-        unimplemented!("tpm spends no token")
-    }
-    fn node(&self, id: &str) -> Result<Option<Node>, TxError> {
-        Ok(self.nodes.borrow().get(id).cloned())
-    }
-    fn node_cert(&self, _: &[u8]) -> Result<Option<NodeCert>, TxError> {
-        unimplemented!("tpm reads no certificate")
-    }
-    fn bound_node(&self, kind: &str, value: &str) -> Result<Option<String>, TxError> {
-        Ok(self
-            .bindings
-            .borrow()
-            .get(&(kind.to_owned(), value.to_owned()))
-            .cloned())
-    }
-    fn lease(&self, _: &str) -> Result<Option<Lease>, TxError> {
-        unimplemented!()
-    }
-    fn newest_inventory(&self, _: &str) -> Result<Option<Inventory>, TxError> {
-        unimplemented!()
-    }
-    fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
-        unimplemented!()
-    }
-    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
-        let mut uses = self.uses.borrow_mut();
-        if uses
-            .get(subject)
-            .is_some_and(|until| *until > self.now.get())
-        {
-            return Err(UseError::Reused);
-        }
-        uses.insert(subject.to_owned(), expires_at);
-        Ok(())
-    }
-    fn open_join_request(&self, subject: &str, details: &str) -> Result<JoinRequestRow, TxError> {
-        let mut requests = self.requests.borrow_mut();
-        let id = format!("jr_{}", requests.len() + 1);
-        let row = JoinRequestRow {
-            id: id.clone(),
-            subject: subject.to_owned(),
-            csr_sha256: CSR_SHA256.with(Clone::clone),
-            state: JoinRequestState::Pending,
-            tenant_id: None,
-            pool_id: None,
-            site_id: None,
-        };
-        self.details
-            .borrow_mut()
-            .insert(id.clone(), details.to_owned());
-        requests.insert(id, row.clone());
-        Ok(row)
-    }
-    fn join_request(&self, id: &str) -> Result<Option<JoinRequestRow>, TxError> {
-        Ok(self.requests.borrow().get(id).cloned())
-    }
-    fn consume_join_request(&self, id: &str) -> Result<(), TxError> {
-        let mut requests = self.requests.borrow_mut();
-        let row = requests
-            .get_mut(id)
-            .ok_or_else(|| TxError::Invalid("no such request".into()))?;
-        if row.state != JoinRequestState::Approved {
-            return Err(TxError::Invalid("not approved".into()));
-        }
-        row.state = JoinRequestState::Used;
-        Ok(())
-    }
-    fn kv_get(&self, key: &str) -> Result<Option<Vec<u8>>, TxError> {
-        Ok(self.kv.borrow().get(key).cloned())
-    }
-    fn kv_put(&self, key: &str, value: &[u8]) -> Result<(), TxError> {
-        self.kv.borrow_mut().insert(key.to_owned(), value.to_vec());
-        Ok(())
-    }
-    fn kv_delete(&self, key: &str) -> Result<(), TxError> {
-        self.kv.borrow_mut().remove(key);
-        Ok(())
-    }
+/// The kit's manufacturer root, which the configuration trusts.
+fn root_der() -> Vec<u8> {
+    SoftTpm::manufacturer_root().unwrap()
 }
 
 thread_local! {
-    /// The CSR the fake transaction opens join requests for.
+    /// The CSR every request carries.
     static CSR_SHA256: Vec<u8> = sha256(b"the CSR");
-}
-
-/// The host: SHA-256, sealing that checks binding and expiry, and the `tpm_*` functions as
-/// `gatehouse-tpm` computes them (RustCrypto verifier). MakeCredential records the secret and
-/// "encrypts" it by XOR, so the test's software TPM can activate it; the EK chain is trusted
-/// when the certificate and a root are the test's.
-#[derive(Default)]
-struct FakeCrypto {
-    now: Cell<TimestampMs>,
-    secret: RefCell<Vec<u8>>,
-}
-
-fn info(p: gatehouse_tpm::Public) -> TpmPublicInfo {
-    TpmPublicInfo {
-        name: p.name,
-        name_alg: p.name_alg.id(),
-        object_attributes: p.attributes,
-        spki: p.spki,
-    }
-}
-
-fn wit(e: gatehouse_tpm::TpmError) -> TpmError {
-    use gatehouse_tpm::TpmError as E;
-    match e {
-        E::BadSignature => TpmError::BadSignature,
-        E::WrongType => TpmError::WrongType,
-        E::WrongNonce => TpmError::WrongNonce,
-        E::PcrMismatch => TpmError::PcrMismatch,
-        E::WrongName => TpmError::WrongName,
-        E::Attributes(a) => TpmError::Attributes(a.into()),
-        E::Unsupported(a) => TpmError::Unsupported(a.into()),
-        other => TpmError::Malformed(other.to_string()),
-    }
-}
-
-impl Crypto for FakeCrypto {
-    fn sha256(&self, data: &[u8]) -> Vec<u8> {
-        sha256(data)
-    }
-    fn verify_signature(
-        &self,
-        _: SignatureScheme,
-        _: &[u8],
-        _: &[u8],
-        _: &[u8],
-    ) -> Result<(), CryptoError> {
-        unimplemented!("tpm verifies through the tpm functions")
-    }
-    fn verify_chain(
-        &self,
-        _: &[Vec<u8>],
-        _: &[Vec<u8>],
-        _: TimestampMs,
-    ) -> Result<VerifiedChain, CryptoError> {
-        unimplemented!("tpm verifies the EK through tpm_verify_ek")
-    }
-    fn seal_state(&self, plaintext: &[u8], binding: &[u8]) -> Vec<u8> {
-        self.seal_state_until(plaintext, binding, i64::MAX)
-    }
-    fn seal_state_until(
-        &self,
-        plaintext: &[u8],
-        binding: &[u8],
-        not_after: TimestampMs,
-    ) -> Vec<u8> {
-        let sealed = serde_json::json!({
-            "p": hex::encode(plaintext),
-            "b": hex::encode(binding),
-            "n": not_after,
-        });
-        sealed.to_string().into_bytes()
-    }
-    fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        let v: serde_json::Value =
-            serde_json::from_slice(sealed).map_err(|_| CryptoError::Unsealable)?;
-        if v["b"] != hex::encode(binding) {
-            return Err(CryptoError::Unsealable);
-        }
-        if v["n"].as_i64().unwrap() < self.now.get() {
-            return Err(CryptoError::Expired);
-        }
-        Ok(hex::decode(v["p"].as_str().unwrap()).unwrap())
-    }
-    fn tpm_parse_public(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
-        gatehouse_tpm::Public::parse(public).map(info).map_err(wit)
-    }
-    fn tpm_check_ak(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
-        gatehouse_tpm::check_ak(public).map(info).map_err(wit)
-    }
-    fn tpm_make_credential(
-        &self,
-        ek_public: &[u8],
-        ak_name: &[u8],
-        secret: &[u8],
-    ) -> Result<TpmCredential, TpmError> {
-        gatehouse_tpm::Public::parse(ek_public).map_err(wit)?;
-        *self.secret.borrow_mut() = secret.to_vec();
-        Ok(TpmCredential {
-            credential_blob: secret.iter().map(|b| b ^ 0xaa).collect(),
-            encrypted_secret: ak_name.to_vec(),
-        })
-    }
-    fn tpm_verify_quote(
-        &self,
-        ak_public: &[u8],
-        quote: &[u8],
-        signature: &[u8],
-        pcrs: &[TpmPcrValue],
-        nonce: &[u8],
-    ) -> Result<Vec<TpmPcrValue>, TpmError> {
-        let pcrs: Vec<gatehouse_tpm::PcrValue> = pcrs
-            .iter()
-            .map(|p| gatehouse_tpm::PcrValue {
-                hash_alg: p.hash_alg,
-                index: p.index,
-                digest: p.digest.clone(),
-            })
-            .collect();
-        gatehouse_tpm::verify_quote(
-            &RustCryptoVerifier,
-            ak_public,
-            quote,
-            signature,
-            &pcrs,
-            nonce,
-        )
-        .map(|v| {
-            v.into_iter()
-                .map(|p| TpmPcrValue {
-                    hash_alg: p.hash_alg,
-                    index: p.index,
-                    digest: p.digest,
-                })
-                .collect()
-        })
-        .map_err(wit)
-    }
-    fn tpm_verify_certify(
-        &self,
-        ak_public: &[u8],
-        certify_info: &[u8],
-        signature: &[u8],
-        key_public: &[u8],
-        nonce: &[u8],
-    ) -> Result<TpmPublicInfo, TpmError> {
-        gatehouse_tpm::verify_certify(
-            &RustCryptoVerifier,
-            ak_public,
-            certify_info,
-            signature,
-            key_public,
-            nonce,
-        )
-        .map(info)
-        .map_err(wit)
-    }
-    fn tpm_verify_ek(
-        &self,
-        ek_public: &[u8],
-        ek_certificate: &[u8],
-        _: &[Vec<u8>],
-        roots: &[Vec<u8>],
-        _: TimestampMs,
-    ) -> Result<TpmPublicInfo, TpmError> {
-        let ek = gatehouse_tpm::Public::parse(ek_public).map_err(wit)?;
-        if ek_certificate != EK_CERT || !roots.iter().any(|r| r == ROOT_DER) {
-            return Err(TpmError::Untrusted("not the test's chain".into()));
-        }
-        Ok(info(ek))
-    }
 }
 
 /// The machine: an EK, an AK and a node key in a software TPM.
@@ -375,15 +95,14 @@ impl Machine {
         TpmEnrollment {
             v: 1,
             ek_public: self.ek_public.clone(),
-            ek_certificate: EK_CERT.to_vec(),
+            ek_certificate: SoftTpm::endorse(&self.ek_public).unwrap(),
             ek_chain: vec![],
             ak_public: self.ak_public.clone(),
         }
     }
 
-    /// The answer to `challenge`: activate (undo the fake's XOR), quote, certify the node key.
-    fn answer(&self, challenge: &TpmChallenge) -> TpmAnswer {
-        let secret: Vec<u8> = challenge.credential_blob.iter().map(|b| b ^ 0xaa).collect();
+    /// The answer to `challenge` with the activated `secret`: quote, certify the node key.
+    fn answer(&self, challenge: &TpmChallenge, secret: Vec<u8>) -> TpmAnswer {
         let csr_sha256 = CSR_SHA256.with(Clone::clone);
         let nonce = sha256(&quote_nonce_input(&secret, &csr_sha256));
         self.answer_with(challenge, secret, &nonce, &csr_sha256)
@@ -458,7 +177,7 @@ fn request(machine: &Machine, evidence: &TpmEvidence, round: u8) -> JoinRequest 
 }
 
 fn config(extra: &str) -> Tpm {
-    let root = base64::engine::general_purpose::STANDARD.encode(ROOT_DER);
+    let root = base64::engine::general_purpose::STANDARD.encode(root_der());
     let sep = if extra.is_empty() { "" } else { "," };
     Tpm::configure(&format!(r#"{{"ekRoots":["{root}"]{sep}{extra}}}"#)).unwrap()
 }
@@ -471,26 +190,36 @@ fn allow(machine: &Machine) -> String {
 }
 
 struct Run {
-    tx: FakeTx,
-    crypto: FakeCrypto,
+    kit: Kit,
 }
 
 impl Run {
     fn new() -> Self {
-        let crypto = FakeCrypto::default();
-        crypto.now.set(NOW);
-        Run {
-            tx: FakeTx::new(),
-            crypto,
-        }
+        let kit = Kit::new("tpm");
+        kit.tx.set_now(NOW);
+        Run { kit }
     }
 
     fn verify(&self, attestor: &Tpm, request: &JoinRequest) -> Outcome {
-        let cx = Context {
-            tx: &self.tx,
-            crypto: &self.crypto,
+        self.kit.tx.set_csr_sha256(&request.csr_sha256);
+        attestor.verify(&self.kit.cx(), request)
+    }
+
+    /// What `machine`'s TPM recovers from `challenge`'s credential.
+    fn secret(&self, machine: &Machine, challenge: &TpmChallenge) -> Vec<u8> {
+        let credential = TpmCredential {
+            credential_blob: challenge.credential_blob.clone(),
+            encrypted_secret: challenge.encrypted_secret.clone(),
         };
-        attestor.verify(&cx, request)
+        self.kit
+            .tpm
+            .activate(&credential, &machine.ek_public, &machine_ak_name(machine))
+            .expect("the credential is for this machine's EK and AK")
+    }
+
+    /// `machine`'s answer to `challenge`.
+    fn answer(&self, machine: &Machine, challenge: &TpmChallenge) -> TpmAnswer {
+        machine.answer(challenge, self.secret(machine, challenge))
     }
 
     /// Round 1, returning the challenge.
@@ -524,8 +253,8 @@ fn an_allowed_ek_joins_with_a_certified_node_key() {
     let attestor = config(&allow(&machine));
     let run = Run::new();
     let challenge = run.challenge(&attestor, &machine);
-    assert_eq!(run.crypto.secret.borrow().len(), 32);
-    let outcome = run.round2(&attestor, &machine, machine.answer(&challenge));
+    assert_eq!(run.secret(&machine, &challenge).len(), 32);
+    let outcome = run.round2(&attestor, &machine, run.answer(&machine, &challenge));
     let Outcome::Admitted(result) = outcome else {
         panic!("{outcome:?}")
     };
@@ -543,8 +272,8 @@ fn an_allowed_ek_joins_with_a_certified_node_key() {
     );
     assert_eq!(result.subject, Some(format!("ek:{}", machine.ek_sha256())));
     // Round 1 wrote nothing.
-    assert!(run.tx.kv.borrow().is_empty());
-    assert!(run.tx.requests.borrow().is_empty());
+    assert!(run.kit.tx.kv_entries().is_empty());
+    assert!(run.kit.tx.join_requests().is_empty());
 }
 
 #[test]
@@ -552,24 +281,19 @@ fn a_bound_ek_reclaims_its_node() {
     let machine = Machine::new();
     let attestor = config("");
     let run = Run::new();
-    run.tx
-        .bindings
-        .borrow_mut()
-        .insert(("tpm-ek".into(), machine.ek_sha256()), "node_7".into());
-    run.tx.nodes.borrow_mut().insert(
-        "node_7".into(),
-        Node {
-            id: "node_7".into(),
-            tenant_id: "acme".into(),
-            pool_id: Some("p".into()),
-            site_id: None,
-            role: JoinRole::Node,
-            retired: false,
-            identity_generation: 2,
-        },
-    );
+    run.kit.tx.bind("tpm-ek", &machine.ek_sha256(), "node_7");
+    run.kit.tx.insert_node(Node {
+        id: "node_7".into(),
+        tenant_id: "acme".into(),
+        pool_id: Some("p".into()),
+        site_id: None,
+        role: JoinRole::Node,
+        retired: false,
+        identity_generation: 2,
+    });
     let challenge = run.challenge(&attestor, &machine);
-    let Outcome::Admitted(result) = run.round2(&attestor, &machine, machine.answer(&challenge))
+    let Outcome::Admitted(result) =
+        run.round2(&attestor, &machine, run.answer(&machine, &challenge))
     else {
         panic!()
     };
@@ -584,32 +308,36 @@ fn an_unknown_ek_waits_for_an_operator_and_is_admitted_once() {
     let attestor = config("");
     let run = Run::new();
     let challenge = run.challenge(&attestor, &machine);
-    let answer = machine.answer(&challenge);
+    let answer = run.answer(&machine, &challenge);
     let outcome = run.round2(&attestor, &machine, answer.clone());
     let Outcome::Deferred(Deferral::Approval(approval)) = outcome else {
         panic!("{outcome:?}")
     };
-    let row = run.tx.requests.borrow()[&approval.request_id].clone();
+    let row = run
+        .kit
+        .tx
+        .join_request(&approval.request_id)
+        .unwrap()
+        .unwrap();
     assert_eq!(row.subject, format!("ek:{}", machine.ek_sha256()));
-    let details = run.tx.details.borrow()[&approval.request_id].clone();
+    let details = run
+        .kit
+        .tx
+        .join_request_details(&approval.request_id)
+        .unwrap();
     assert!(details.contains("\"nodeKey\":\"tpm\""), "{details}");
     assert!(details.contains(&format!("\"ekSha256\":\"{}\"", machine.ek_sha256())));
     // Pending: deferred again, even after the challenge expired; nothing recorded.
-    run.crypto.now.set(NOW + CHALLENGE_TTL_MS + 1);
-    run.tx.now.set(NOW + CHALLENGE_TTL_MS + 1);
+    run.kit.tx.set_now(NOW + CHALLENGE_TTL_MS + 1);
     assert!(matches!(
         run.round2(&attestor, &machine, answer.clone()),
         Outcome::Deferred(Deferral::Approval(_))
     ));
-    assert!(run.tx.uses.borrow().is_empty());
+    assert!(run.kit.tx.uses().is_empty());
     // Approved into a placement.
-    {
-        let mut requests = run.tx.requests.borrow_mut();
-        let row = requests.get_mut(&approval.request_id).unwrap();
-        row.state = JoinRequestState::Approved;
-        row.tenant_id = Some("acme".into());
-        row.site_id = Some("lab".into());
-    }
+    run.kit
+        .tx
+        .approve(&approval.request_id, "acme", None, Some("lab"));
     // The approval is not the CSR's to take: the answer sent while waiting (or a captured
     // one) is answered with a fresh challenge for the approved EK, not an admission.
     let Outcome::Deferred(Deferral::Challenge(c)) = run.round2(&attestor, &machine, answer.clone())
@@ -617,16 +345,16 @@ fn an_unknown_ek_waits_for_an_operator_and_is_admitted_once() {
         panic!("the approved round must challenge the EK again")
     };
     let fresh: TpmChallenge = serde_json::from_slice(&c.payload).unwrap();
-    assert_eq!(fresh.encrypted_secret, machine_ak_name(&machine));
-    assert!(run.tx.uses.borrow().is_empty());
+    assert_eq!(run.secret(&machine, &fresh).len(), 32, "for this EK and AK");
+    assert!(run.kit.tx.uses().is_empty());
     // Someone without the TPM cannot activate it.
-    let mut forged = machine.answer(&fresh);
+    let mut forged = run.answer(&machine, &fresh);
     forged.secret = vec![0; 32];
     assert_eq!(
         refused(run.round2(&attestor, &machine, forged)),
         reason::BAD_SECRET
     );
-    let fresh_answer = machine.answer(&fresh);
+    let fresh_answer = run.answer(&machine, &fresh);
     let Outcome::Admitted(result) = run.round2(&attestor, &machine, fresh_answer.clone()) else {
         panic!()
     };
@@ -634,7 +362,7 @@ fn an_unknown_ek_waits_for_an_operator_and_is_admitted_once() {
     assert_eq!(result.site_id.as_deref(), Some("lab"));
     assert_eq!(result.node_key_uri, Some(machine.ak_statement()));
     assert_eq!(result.bindings[0].value, machine.ek_sha256());
-    assert_eq!(run.tx.uses.borrow().len(), 1);
+    assert_eq!(run.kit.tx.uses().len(), 1);
     // Once.
     assert_eq!(
         refused(run.round2(&attestor, &machine, fresh_answer)),
@@ -646,7 +374,7 @@ fn an_unknown_ek_waits_for_an_operator_and_is_admitted_once() {
     );
 }
 
-/// The AK's TPM name (the fake's MakeCredential puts it in `encrypted_secret`).
+/// The AK's TPM name.
 fn machine_ak_name(machine: &Machine) -> Vec<u8> {
     gatehouse_tpm::Public::parse(&machine.ak_public)
         .unwrap()
@@ -659,18 +387,19 @@ fn a_round_two_answer_admits_once() {
     let attestor = config(&allow(&machine));
     let run = Run::new();
     let challenge = run.challenge(&attestor, &machine);
-    let answer = machine.answer(&challenge);
+    let answer = run.answer(&machine, &challenge);
     assert!(matches!(
         run.round2(&attestor, &machine, answer.clone()),
         Outcome::Admitted(_)
     ));
-    let ledger: Vec<String> = run.tx.uses.borrow().keys().cloned().collect();
-    let secret: Vec<u8> = challenge.credential_blob.iter().map(|b| b ^ 0xaa).collect();
+    let secret = run.secret(&machine, &challenge);
     assert_eq!(
-        ledger,
-        [format!("challenge:{}", hex::encode(sha256(&secret)))]
+        run.kit.tx.uses(),
+        [(
+            format!("challenge:{}", hex::encode(sha256(&secret))),
+            NOW + CHALLENGE_TTL_MS
+        )]
     );
-    assert_eq!(run.tx.uses.borrow()[&ledger[0]], NOW + CHALLENGE_TTL_MS);
     // The same answer with the same CSR, replayed while the state lives.
     assert_eq!(
         refused(run.round2(&attestor, &machine, answer.clone())),
@@ -679,7 +408,7 @@ fn a_round_two_answer_admits_once() {
     // A new challenge answers again (a reboot re-joins).
     let again = run.challenge(&attestor, &machine);
     assert!(matches!(
-        run.round2(&attestor, &machine, machine.answer(&again)),
+        run.round2(&attestor, &machine, run.answer(&machine, &again)),
         Outcome::Admitted(_)
     ));
 }
@@ -690,18 +419,13 @@ fn a_denied_request_refuses() {
     let attestor = config("");
     let run = Run::new();
     let challenge = run.challenge(&attestor, &machine);
-    let answer = machine.answer(&challenge);
+    let answer = run.answer(&machine, &challenge);
     let Outcome::Deferred(Deferral::Approval(approval)) =
         run.round2(&attestor, &machine, answer.clone())
     else {
         panic!()
     };
-    run.tx
-        .requests
-        .borrow_mut()
-        .get_mut(&approval.request_id)
-        .unwrap()
-        .state = JoinRequestState::Denied;
+    run.kit.tx.deny(&approval.request_id);
     assert_eq!(
         refused(run.round2(&attestor, &machine, answer)),
         JOIN_REQUEST_DENIED
@@ -715,7 +439,7 @@ fn enrollment_refuse_refuses_an_unknown_ek() {
     let run = Run::new();
     let challenge = run.challenge(&attestor, &machine);
     assert_eq!(
-        refused(run.round2(&attestor, &machine, machine.answer(&challenge))),
+        refused(run.round2(&attestor, &machine, run.answer(&machine, &challenge))),
         UNKNOWN_EK
     );
 }
@@ -728,7 +452,7 @@ fn a_high_range_ecc_p384_ek_joins_and_is_keyed_by_its_sha256() {
     let attestor = config(&allow(&machine));
     let run = Run::new();
     let challenge = run.challenge(&attestor, &machine);
-    let outcome = run.round2(&attestor, &machine, machine.answer(&challenge));
+    let outcome = run.round2(&attestor, &machine, run.answer(&machine, &challenge));
     let Outcome::Admitted(result) = outcome else {
         panic!("{outcome:?}")
     };
@@ -820,7 +544,7 @@ fn round_two_refusals_each_with_its_reason() {
     let attestor = config(&allow(&machine));
     let run = Run::new();
     let challenge = run.challenge(&attestor, &machine);
-    let good = machine.answer(&challenge);
+    let good = run.answer(&machine, &challenge);
     let csr = CSR_SHA256.with(Clone::clone);
     let nonce = sha256(&quote_nonce_input(&good.secret, &csr));
     let check = |answer: TpmAnswer, expected: &str| {
@@ -910,10 +634,10 @@ fn round_two_refusals_each_with_its_reason() {
     check(malformed, reason::NODE_KEY_MALFORMED);
 
     // Expired: the same good answer after the challenge's not-after.
-    run.crypto.now.set(NOW + CHALLENGE_TTL_MS + 1);
+    run.kit.tx.set_now(NOW + CHALLENGE_TTL_MS + 1);
     check(good.clone(), CHALLENGE_EXPIRED);
     // And the good answer, in time, is admitted (nothing above changed the state).
-    run.crypto.now.set(NOW + 1);
+    run.kit.tx.set_now(NOW + 1);
     assert!(matches!(
         run.round2(&attestor, &machine, good),
         Outcome::Admitted(_)
@@ -928,7 +652,7 @@ fn an_answer_for_another_csr_does_not_open() {
     let challenge = run.challenge(&attestor, &machine);
     let mut req = request(
         &machine,
-        &TpmEvidence::Answer(machine.answer(&challenge)),
+        &TpmEvidence::Answer(run.answer(&machine, &challenge)),
         2,
     );
     req.csr_sha256 = sha256(b"another CSR");
@@ -947,7 +671,7 @@ fn pcr_policy_and_uncertified_keys() {
     let attestor = config(&good_policy);
     let challenge = run.challenge(&attestor, &machine);
     assert!(matches!(
-        run.round2(&attestor, &machine, machine.answer(&challenge)),
+        run.round2(&attestor, &machine, run.answer(&machine, &challenge)),
         Outcome::Admitted(_)
     ));
     for bad in [
@@ -964,14 +688,14 @@ fn pcr_policy_and_uncertified_keys() {
         let attestor = config(&format!(r#"{},"pcrPolicy":[{{{bad}}}]"#, allow(&machine)));
         let challenge = run.challenge(&attestor, &machine);
         assert_eq!(
-            refused(run.round2(&attestor, &machine, machine.answer(&challenge))),
+            refused(run.round2(&attestor, &machine, run.answer(&machine, &challenge))),
             PCR_POLICY
         );
     }
     // nodeKey any: an uncertified key joins unattested, with no statement.
     let attestor = config(&format!(r#"{},"nodeKey":"any""#, allow(&machine)));
     let challenge = run.challenge(&attestor, &machine);
-    let mut answer = machine.answer(&challenge);
+    let mut answer = run.answer(&machine, &challenge);
     answer.node_key = None;
     let Outcome::Admitted(result) = run.round2(&attestor, &machine, answer) else {
         panic!()
@@ -982,13 +706,13 @@ fn pcr_policy_and_uncertified_keys() {
 
 #[test]
 fn configuration_is_strict() {
-    let root = base64::engine::general_purpose::STANDARD.encode(ROOT_DER);
+    let root = base64::engine::general_purpose::STANDARD.encode(root_der());
     let pem = format!(
         "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
         root
     );
     let parsed = Tpm::configure(&serde_json::json!({ "ekRoots": [pem] }).to_string()).unwrap();
-    assert_eq!(parsed.config.ek_roots, vec![ROOT_DER.to_vec()]);
+    assert_eq!(parsed.config.ek_roots, vec![root_der()]);
     assert_eq!(parsed.config.node_key, NodeKeyMode::Certified);
     assert_eq!(parsed.config.enrollment, EnrollmentMode::Approval);
     // Unconfigured, it loads and trusts no EK.

@@ -163,7 +163,6 @@ impl Attestor for X509pop {
     }
 }
 
-#[cfg(feature = "component")]
 gatehouse_sdk::export_attestor!(X509pop);
 
 impl X509pop {
@@ -327,5 +326,4 @@ fn ledger_subject(input_sha256: &[u8]) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

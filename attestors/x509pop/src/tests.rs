@@ -1,19 +1,16 @@
 //! x509pop against an in-memory transaction and a real ES256 verifier: every reason, in
 //! order, the configuration, and a pinned test vector.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-
 use gatehouse_proto::x509pop::{X509popEvidence, signing_input};
 use gatehouse_sdk::{
-    AttestationResult, Attestor, Context, Crypto, CryptoError, HardwareClaims, Inventory,
-    JoinRequest, JoinRequestRow, JoinRole, Lease, Node, NodeCert, NodeKeyAttestation, OpenedToken,
-    Outcome, Revocation, SignatureScheme, TimestampMs, Token, Tx, TxError, UseError, VerifiedChain,
-    Workflow, reason, refuse,
+    AttestationResult, Attestor, Crypto as _, CryptoError, HardwareClaims, JoinRequest, JoinRole,
+    Node, NodeCert, NodeKeyAttestation, OpenedToken, Outcome, Revocation, SignatureScheme,
+    TimestampMs, reason, refuse,
 };
-use p256::ecdsa::signature::{Signer as _, Verifier as _};
-use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
-use p256::pkcs8::{DecodePublicKey as _, EncodePublicKey as _};
+use gatehouse_sdk_test::{Clock, Kit, Op, SoftCrypto};
+use p256::ecdsa::signature::Signer as _;
+use p256::ecdsa::{Signature, SigningKey};
+use p256::pkcs8::EncodePublicKey as _;
 use sha2::Digest as _;
 
 use super::*;
@@ -49,155 +46,36 @@ fn sign(key: &SigningKey, message: &[u8]) -> Vec<u8> {
     signature.to_bytes().to_vec()
 }
 
-/// The `nodes`, `node_certs` and `attestation_uses` tables of one transaction. Operations
-/// x509pop must not use panic.
-struct FakeTx {
-    now: Cell<TimestampMs>,
-    nodes: RefCell<HashMap<String, Node>>,
-    certs: RefCell<HashMap<Vec<u8>, NodeCert>>,
-    /// subject -> expires-at.
-    uses: RefCell<HashMap<String, TimestampMs>>,
-    fail_cert: Cell<bool>,
-    fail_node: Cell<bool>,
-    fail_use: Cell<bool>,
+/// A live node `node_abc` at generation 3 holding [`LEAF`], which expired an hour ago.
+fn setup() -> Kit {
+    let kit = Kit::new("x509pop");
+    kit.tx.set_now(NOW);
+    kit.tx.insert_node(node());
+    kit.tx.insert_cert(LEAF, cert());
+    kit
 }
 
-impl FakeTx {
-    /// A live node `node_abc` at generation 3 holding [`LEAF`], which expired an hour ago.
-    fn new() -> Self {
-        let tx = FakeTx {
-            now: Cell::new(NOW),
-            nodes: RefCell::default(),
-            certs: RefCell::default(),
-            uses: RefCell::default(),
-            fail_cert: Cell::new(false),
-            fail_node: Cell::new(false),
-            fail_use: Cell::new(false),
-        };
-        tx.nodes.borrow_mut().insert(NODE.into(), node());
-        tx.certs.borrow_mut().insert(LEAF.to_vec(), cert());
-        tx
-    }
+/// The software cryptography the kit gives the attestor.
+fn crypto() -> SoftCrypto {
+    SoftCrypto::new("x509pop", Clock::new(NOW))
+}
 
+/// Edits of the rows [`setup`] made.
+trait Rows {
+    fn edit_cert(&self, f: impl FnOnce(&mut NodeCert));
+    fn edit_node(&self, f: impl FnOnce(&mut Node));
+    fn uses(&self) -> Vec<(String, TimestampMs)>;
+}
+
+impl Rows for Kit {
     fn edit_cert(&self, f: impl FnOnce(&mut NodeCert)) {
-        f(self.certs.borrow_mut().get_mut(LEAF).unwrap());
+        self.tx.update_cert(LEAF, f);
     }
-
     fn edit_node(&self, f: impl FnOnce(&mut Node)) {
-        f(self.nodes.borrow_mut().get_mut(NODE).unwrap());
+        self.tx.update_node(NODE, f);
     }
-
     fn uses(&self) -> Vec<(String, TimestampMs)> {
-        self.uses
-            .borrow()
-            .iter()
-            .map(|(s, e)| (s.clone(), *e))
-            .collect()
-    }
-}
-
-impl Tx for FakeTx {
-    fn now(&self) -> TimestampMs {
-        self.now.get()
-    }
-    fn lock_token(&self, _: &str) -> Result<Option<Token>, TxError> {
-        unimplemented!("x509pop locks no token")
-    }
-    fn consume_token(&self, _: &str) -> Result<u32, TxError> {
-        unimplemented!("x509pop spends no token")
-    }
-    fn node(&self, id: &str) -> Result<Option<Node>, TxError> {
-        if self.fail_node.get() {
-            return Err(TxError::Storage);
-        }
-        Ok(self.nodes.borrow().get(id).cloned())
-    }
-    fn node_cert(&self, der: &[u8]) -> Result<Option<NodeCert>, TxError> {
-        if self.fail_cert.get() {
-            return Err(TxError::Storage);
-        }
-        Ok(self.certs.borrow().get(der).cloned())
-    }
-    fn bound_node(&self, _: &str, _: &str) -> Result<Option<String>, TxError> {
-        unimplemented!("x509pop reads no binding")
-    }
-    fn lease(&self, _: &str) -> Result<Option<Lease>, TxError> {
-        unimplemented!("x509pop reads no lease")
-    }
-    fn newest_inventory(&self, _: &str) -> Result<Option<Inventory>, TxError> {
-        unimplemented!("x509pop reads no inventory")
-    }
-    fn token_workflow(&self, _: &str) -> Result<Option<Workflow>, TxError> {
-        unimplemented!("x509pop reads no workflow")
-    }
-    fn record_use(&self, subject: &str, expires_at: TimestampMs) -> Result<(), UseError> {
-        if self.fail_use.get() {
-            return Err(UseError::Storage);
-        }
-        let mut uses = self.uses.borrow_mut();
-        if uses.get(subject).is_some_and(|e| *e > self.now.get()) {
-            return Err(UseError::Reused);
-        }
-        uses.insert(subject.to_owned(), expires_at);
-        Ok(())
-    }
-    fn open_join_request(&self, _: &str, _: &str) -> Result<JoinRequestRow, TxError> {
-        unimplemented!("x509pop opens no join request")
-    }
-    fn join_request(&self, _: &str) -> Result<Option<JoinRequestRow>, TxError> {
-        unimplemented!("x509pop reads no join request")
-    }
-    fn consume_join_request(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!("x509pop consumes no join request")
-    }
-    fn kv_get(&self, _: &str) -> Result<Option<Vec<u8>>, TxError> {
-        unimplemented!("x509pop keeps no state")
-    }
-    fn kv_put(&self, _: &str, _: &[u8]) -> Result<(), TxError> {
-        unimplemented!("x509pop keeps no state")
-    }
-    fn kv_delete(&self, _: &str) -> Result<(), TxError> {
-        unimplemented!("x509pop keeps no state")
-    }
-}
-
-/// SHA-256 and ES256 verification over an SPKI, as the host's import does them.
-struct FakeCrypto;
-
-impl Crypto for FakeCrypto {
-    fn sha256(&self, data: &[u8]) -> Vec<u8> {
-        sha2::Sha256::digest(data).to_vec()
-    }
-    fn verify_signature(
-        &self,
-        scheme: SignatureScheme,
-        spki: &[u8],
-        message: &[u8],
-        signature: &[u8],
-    ) -> Result<(), CryptoError> {
-        if scheme != SignatureScheme::EcdsaP256Sha256Fixed {
-            return Err(CryptoError::Malformed("not ES256".into()));
-        }
-        let key = VerifyingKey::from_public_key_der(spki)
-            .map_err(|e| CryptoError::Malformed(e.to_string()))?;
-        let signature =
-            Signature::from_slice(signature).map_err(|e| CryptoError::Malformed(e.to_string()))?;
-        key.verify(message, &signature)
-            .map_err(|_| CryptoError::BadSignature)
-    }
-    fn verify_chain(
-        &self,
-        _: &[Vec<u8>],
-        _: &[Vec<u8>],
-        _: TimestampMs,
-    ) -> Result<VerifiedChain, CryptoError> {
-        unimplemented!("x509pop trusts its own node_certs row, not a chain")
-    }
-    fn seal_state(&self, _: &[u8], _: &[u8]) -> Vec<u8> {
-        unimplemented!("x509pop seals nothing")
-    }
-    fn open_state(&self, _: &[u8], _: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        unimplemented!("x509pop seals nothing")
+        self.tx.uses()
     }
 }
 
@@ -285,25 +163,14 @@ fn request(role: JoinRole, attestation: Vec<u8>) -> JoinRequest {
     }
 }
 
-/// One round, with the host's transaction semantics: what a refused round recorded in the
-/// ledger is rolled back.
-fn verify_with(config: &str, tx: &FakeTx, request: &JoinRequest) -> Outcome {
+/// One round, with the host's transaction semantics (the kit's): what a refused round
+/// recorded in the ledger is rolled back.
+fn verify_with(config: &str, tx: &Kit, request: &JoinRequest) -> Outcome {
     let attestor = X509pop::configure(config).unwrap();
-    let before = tx.uses.borrow().clone();
-    let outcome = attestor.verify(
-        &Context {
-            tx,
-            crypto: &FakeCrypto,
-        },
-        request,
-    );
-    if !matches!(outcome, Outcome::Admitted(_)) {
-        *tx.uses.borrow_mut() = before;
-    }
-    outcome
+    tx.round(&attestor, request)
 }
 
-fn verify(tx: &FakeTx, request: &JoinRequest) -> Outcome {
+fn verify(tx: &Kit, request: &JoinRequest) -> Outcome {
     verify_with("{}", tx, request)
 }
 
@@ -314,7 +181,7 @@ fn about_node(code: &str) -> Outcome {
 
 /// Asserts `outcome` is `expected` and that nothing was recorded in the ledger.
 #[track_caller]
-fn assert_refused(tx: &FakeTx, request: &JoinRequest, expected: Outcome) {
+fn assert_refused(tx: &Kit, request: &JoinRequest, expected: Outcome) {
     assert_eq!(verify(tx, request), expected);
     assert!(tx.uses().is_empty(), "a refusal recorded a use");
 }
@@ -329,7 +196,7 @@ fn assert_admitted(outcome: Outcome) -> AttestationResult {
 
 #[test]
 fn an_expired_certificate_within_grace_rejoins_as_its_node() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let proof = Proof::good();
     let outcome = verify(&tx, &proof.request(JoinRole::Node));
     assert_eq!(
@@ -358,14 +225,14 @@ fn an_expired_certificate_within_grace_rejoins_as_its_node() {
 
 #[test]
 fn a_certificate_still_valid_rejoins_too() {
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.not_after = NOW + HOUR);
     assert_admitted(verify(&tx, &Proof::good().request(JoinRole::Node)));
 }
 
 #[test]
 fn the_chain_may_be_the_leaf_alone() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let mut proof = Proof::good();
     proof.chain.truncate(1);
     assert_admitted(verify(&tx, &proof.request(JoinRole::Node)));
@@ -373,7 +240,7 @@ fn the_chain_may_be_the_leaf_alone() {
 
 #[test]
 fn a_site_certificate_rejoins_as_site() {
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.role = "site".into());
     tx.edit_node(|n| n.role = JoinRole::Site);
     assert_admitted(verify(&tx, &Proof::good().request(JoinRole::Site)));
@@ -381,7 +248,7 @@ fn a_site_certificate_rejoins_as_site() {
 
 #[test]
 fn a_node_tenant_certificate_rejoins_as_node() {
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.role = "node-tenant".into());
     let result = assert_admitted(verify(&tx, &Proof::good().request(JoinRole::Node)));
     assert_eq!(result.node_id.as_deref(), Some(NODE));
@@ -389,7 +256,7 @@ fn a_node_tenant_certificate_rejoins_as_node() {
 
 #[test]
 fn a_node_without_pool_or_site_keeps_none() {
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_node(|n| {
         n.pool_id = None;
         n.site_id = None;
@@ -400,7 +267,7 @@ fn a_node_without_pool_or_site_keeps_none() {
 
 #[test]
 fn malformed_evidence_is_refused() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let good = Proof::good();
     let mut cases: Vec<Vec<u8>> = vec![
         Vec::new(),
@@ -467,16 +334,13 @@ fn malformed_evidence_is_refused() {
 #[test]
 fn bounds_admit_what_they_should() {
     // Four certificates and a node id of the longest length parse.
-    let tx = FakeTx::new();
+    let tx = setup();
     let long_id = "n".repeat(MAX_NODE_ID_LEN);
     tx.edit_cert(|c| c.node_id = long_id.clone());
-    tx.nodes.borrow_mut().insert(
-        long_id.clone(),
-        Node {
-            id: long_id.clone(),
-            ..node()
-        },
-    );
+    tx.tx.insert_node(Node {
+        id: long_id.clone(),
+        ..node()
+    });
     let input = signing_input(&CSR_SHA256, &long_id, NOW).unwrap();
     let proof = Proof {
         node_id: long_id.clone(),
@@ -495,7 +359,7 @@ fn bounds_admit_what_they_should() {
 
 #[test]
 fn a_ramdisk_never_rejoins() {
-    let tx = FakeTx::new();
+    let tx = setup();
     assert_refused(
         &tx,
         &Proof::good().request(JoinRole::Ramdisk),
@@ -505,7 +369,7 @@ fn a_ramdisk_never_rejoins() {
 
 #[test]
 fn a_request_with_a_token_is_refused() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let mut request = Proof::good().request(JoinRole::Node);
     request.token = Some(OpenedToken {
         id: "tok_1".into(),
@@ -516,7 +380,7 @@ fn a_request_with_a_token_is_refused() {
 
 #[test]
 fn a_certificate_this_host_did_not_issue_is_refused() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let mut proof = Proof::good();
     proof.chain[0] = b"some other DER".to_vec();
     assert_refused(
@@ -537,7 +401,7 @@ fn a_certificate_this_host_did_not_issue_is_refused() {
 
 #[test]
 fn another_nodes_certificate_is_refused() {
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.node_id = "node_other".into());
     // The proof claims node_abc with node_other's certificate.
     assert_refused(
@@ -549,8 +413,8 @@ fn another_nodes_certificate_is_refused() {
 
 #[test]
 fn a_missing_node_is_refused() {
-    let tx = FakeTx::new();
-    tx.nodes.borrow_mut().clear();
+    let tx = setup();
+    tx.tx.remove_node(NODE);
     assert_refused(
         &tx,
         &Proof::good().request(JoinRole::Node),
@@ -560,7 +424,7 @@ fn a_missing_node_is_refused() {
 
 #[test]
 fn a_retired_node_is_refused() {
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_node(|n| n.retired = true);
     tx.edit_cert(|c| c.revoked = Some(Revocation::NodeRemoved));
     assert_refused(
@@ -587,7 +451,7 @@ fn each_revocation_has_its_reason() {
         (Some(Revocation::NodeRemoved), 3, reason::REVOKED),
     ];
     for (revoked, generation, code) in cases {
-        let tx = FakeTx::new();
+        let tx = setup();
         tx.edit_cert(|c| {
             c.revoked = revoked;
             c.generation = generation;
@@ -615,7 +479,7 @@ fn the_certificate_admits_only_its_own_role() {
         ("", JoinRole::Node, false),
     ];
     for (cert_role, join_role, admitted) in cases {
-        let tx = FakeTx::new();
+        let tx = setup();
         tx.edit_cert(|c| c.role = cert_role.into());
         let outcome = verify(&tx, &Proof::good().request(join_role));
         if admitted {
@@ -634,11 +498,11 @@ fn the_certificate_admits_only_its_own_role() {
 #[test]
 fn grace_ends_exactly_grace_ms_after_expiry() {
     let grace = DEFAULT_GRACE_MS as i64;
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.not_after = NOW - grace);
     assert_admitted(verify(&tx, &Proof::good().request(JoinRole::Node)));
 
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.not_after = NOW - grace - 1);
     assert_refused(
         &tx,
@@ -647,7 +511,7 @@ fn grace_ends_exactly_grace_ms_after_expiry() {
     );
 
     // Eight days ago is past the default week.
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.not_after = NOW - 8 * 24 * HOUR);
     assert_refused(
         &tx,
@@ -659,7 +523,7 @@ fn grace_ends_exactly_grace_ms_after_expiry() {
 #[test]
 fn grace_is_configurable() {
     // With no grace, only a certificate that has not expired yet re-joins.
-    let tx = FakeTx::new();
+    let tx = setup();
     assert_eq!(
         verify_with(
             r#"{"graceMs":0}"#,
@@ -675,7 +539,7 @@ fn grace_is_configurable() {
         &Proof::good().request(JoinRole::Node),
     ));
     // Thirty days admits one that expired 29 days ago.
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.not_after = NOW - 29 * 24 * HOUR);
     let config = format!(r#"{{"graceMs":{MAX_GRACE_MS}}}"#);
     assert_admitted(verify_with(
@@ -697,7 +561,7 @@ fn client_time_must_be_within_the_window_of_database_time() {
         (i64::MIN, false),
         (i64::MAX, false),
     ] {
-        let tx = FakeTx::new();
+        let tx = setup();
         let proof = Proof::by(&fixed_key(), &CSR_SHA256, client_time);
         let outcome = verify(&tx, &proof.request(JoinRole::Node));
         if admitted {
@@ -714,7 +578,7 @@ fn client_time_must_be_within_the_window_of_database_time() {
 
 #[test]
 fn the_window_is_configurable() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let proof = Proof::by(&fixed_key(), &CSR_SHA256, NOW - 1_001);
     assert_eq!(
         verify_with(r#"{"windowMs":1000}"#, &tx, &proof.request(JoinRole::Node)),
@@ -747,7 +611,7 @@ fn a_signature_that_does_not_verify_is_refused() {
         ("a client time it does not sign", other_time),
         ("zeros", zero),
     ] {
-        let tx = FakeTx::new();
+        let tx = setup();
         assert_eq!(
             verify(&tx, &proof.request(JoinRole::Node)),
             about_node(BAD_SIGNATURE),
@@ -759,7 +623,7 @@ fn a_signature_that_does_not_verify_is_refused() {
 
 #[test]
 fn a_certificate_key_that_does_not_parse_is_a_bad_signature() {
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_cert(|c| c.spki = b"not an spki".to_vec());
     assert_refused(
         &tx,
@@ -770,7 +634,7 @@ fn a_certificate_key_that_does_not_parse_is_a_bad_signature() {
 
 #[test]
 fn a_proof_admits_once() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let request = Proof::good().request(JoinRole::Node);
     assert_admitted(verify(&tx, &request));
     assert_eq!(verify(&tx, &request), about_node(PROOF_REUSED));
@@ -788,7 +652,7 @@ fn malleate(sig: &[u8]) -> Vec<u8> {
 
 #[test]
 fn the_ledger_is_keyed_on_the_signing_input_not_the_signature() {
-    let tx = FakeTx::new();
+    let tx = setup();
     let proof = Proof::good();
     let mut twin = proof.clone();
     twin.sig = malleate(&proof.sig);
@@ -796,7 +660,7 @@ fn the_ledger_is_keyed_on_the_signing_input_not_the_signature() {
     // The twin is a valid signature in its own right...
     let input = signing_input(&CSR_SHA256, NODE, NOW).unwrap();
     assert_eq!(
-        FakeCrypto.verify_signature(
+        crypto().verify_signature(
             SignatureScheme::EcdsaP256Sha256Fixed,
             &spki(&fixed_key()),
             &input,
@@ -815,10 +679,10 @@ fn the_ledger_is_keyed_on_the_signing_input_not_the_signature() {
 #[test]
 fn a_proof_recorded_by_another_replica_is_reused() {
     // The ledger is the database's: a record another host committed refuses the proof here.
-    let tx = FakeTx::new();
+    let tx = setup();
     let input = signing_input(&CSR_SHA256, NODE, NOW).unwrap();
     let subject = ledger_subject(&sha2::Sha256::digest(&input));
-    tx.uses.borrow_mut().insert(subject, NOW + 1);
+    tx.tx.insert_use(&subject, NOW + 1);
     assert_eq!(
         verify(&tx, &Proof::good().request(JoinRole::Node)),
         about_node(PROOF_REUSED)
@@ -829,16 +693,16 @@ fn a_proof_recorded_by_another_replica_is_reused() {
 fn storage_failures_are_refused() {
     let request = Proof::good().request(JoinRole::Node);
 
-    let tx = FakeTx::new();
-    tx.fail_cert.set(true);
+    let tx = setup();
+    tx.tx.fail(Op::NodeCert);
     assert_refused(&tx, &request, refuse(reason::STORAGE).into());
 
-    let tx = FakeTx::new();
-    tx.fail_node.set(true);
+    let tx = setup();
+    tx.tx.fail(Op::Node);
     assert_refused(&tx, &request, refuse(reason::STORAGE).node(NODE).into());
 
-    let tx = FakeTx::new();
-    tx.fail_use.set(true);
+    let tx = setup();
+    tx.tx.fail(Op::RecordUse);
     assert_refused(&tx, &request, about_node(reason::STORAGE));
 }
 
@@ -846,7 +710,7 @@ fn storage_failures_are_refused() {
 fn checks_run_in_order() {
     // A certificate that fails every check is refused for the first failing one, and each
     // fix reveals the next.
-    let tx = FakeTx::new();
+    let tx = setup();
     tx.edit_node(|n| n.retired = true);
     tx.edit_cert(|c| {
         c.revoked = Some(Revocation::IdentityRevoked);
@@ -912,14 +776,14 @@ fn test_vector() {
     let spki = spki(&key);
     let scheme = SignatureScheme::EcdsaP256Sha256Fixed;
     assert_eq!(
-        FakeCrypto.verify_signature(scheme, &spki, &input, &sig),
+        crypto().verify_signature(scheme, &spki, &input, &sig),
         Ok(())
     );
     for i in 0..input.len() {
         let mut flipped = input.clone();
         flipped[i] ^= 0x01;
         assert_eq!(
-            FakeCrypto.verify_signature(scheme, &spki, &flipped, &sig),
+            crypto().verify_signature(scheme, &spki, &flipped, &sig),
             Err(CryptoError::BadSignature),
             "input byte {i}"
         );
@@ -928,14 +792,14 @@ fn test_vector() {
         let mut flipped = sig.clone();
         flipped[i] ^= 0x80;
         assert!(
-            FakeCrypto
+            crypto()
                 .verify_signature(scheme, &spki, &input, &flipped)
                 .is_err(),
             "signature byte {i}"
         );
     }
     // And through the attestor: the pinned evidence admits.
-    let tx = FakeTx::new();
+    let tx = setup();
     let evidence = format!(
         r#"{{"v":1,"nodeId":"node_abc","chain":["{}"],"clientTime":1790000000000,"sig":"{}"}}"#,
         gatehouse_sdk::b64url::encode(LEAF),

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use serde::Deserialize;
 
-use crate::{BuildError, PROFILE, TARGET};
+use crate::{BuildError, Kind, PROFILE, TARGET};
 
 /// Variables of the outer build that must not reach the nested one: flags and wrappers meant
 /// for the host target (a `-C target-cpu=native`, coverage instrumentation, clippy-driver,
@@ -55,36 +55,26 @@ fn has_std(libdir: &Path) -> bool {
     })
 }
 
-/// The root workspace's `Cargo.toml`, as cargo finds it from `manifest_dir`.
-pub(crate) fn workspace_manifest(cargo: &str, manifest_dir: &Path) -> Result<PathBuf, BuildError> {
-    let mut command = Command::new(cargo);
-    command
-        .args(["locate-project", "--workspace", "--message-format", "plain"])
-        .current_dir(manifest_dir);
-    Ok(PathBuf::from(
-        output(command, "cargo locate-project")?.trim(),
-    ))
-}
-
-/// A component cargo built.
+/// A component (or binary) cargo built.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Artifact {
-    /// The package, for a requested one; the lib target's name among cargo's messages.
+    /// The package, for a requested one; the target's name among cargo's messages.
     pub(crate) package: String,
     /// Its `Cargo.toml`.
     pub(crate) manifest: PathBuf,
-    /// The `.wasm` in the nested target directory.
-    pub(crate) wasm: PathBuf,
+    /// The `.wasm` (or executable) in the nested target directory.
+    pub(crate) file: PathBuf,
 }
 
-/// Runs one nested `cargo build` of `packages` and returns their components, in order.
+/// Runs one nested `cargo build` of `packages` and returns what it built of them, in order.
 pub(crate) fn build(
     cargo: &str,
     workspace: &Path,
     target_dir: &Path,
+    kind: Kind,
     packages: &[&str],
 ) -> Result<Vec<Artifact>, BuildError> {
-    let mut command = build_command(cargo, workspace, target_dir, packages);
+    let mut command = build_command(cargo, workspace, target_dir, kind, packages);
     // Diagnostics are rendered to stderr, which cargo shows when the build script fails; the
     // JSON messages on stdout name the artifacts.
     command.stdout(Stdio::piped()).stderr(Stdio::inherit());
@@ -101,7 +91,7 @@ pub(crate) fn build(
         });
     }
     let stdout = String::from_utf8_lossy(&result.stdout);
-    let artifacts = components(&stdout).map_err(|detail| BuildError::Output {
+    let artifacts = artifacts(&stdout, kind).map_err(|detail| BuildError::Output {
         command: described,
         detail,
     })?;
@@ -109,7 +99,7 @@ pub(crate) fn build(
         .iter()
         .map(|package| {
             // A lib target is named after its package, `-` read as `_` (every component crate
-            // here keeps the default lib name).
+            // here keeps the default lib name); a binary is named after its package.
             let crate_name = package.replace('-', "_");
             artifacts
                 .iter()
@@ -117,7 +107,7 @@ pub(crate) fn build(
                 .map(|artifact| Artifact {
                     package: (*package).to_owned(),
                     manifest: artifact.manifest.clone(),
-                    wasm: artifact.wasm.clone(),
+                    file: artifact.file.clone(),
                 })
                 .ok_or_else(|| BuildError::NoComponent((*package).to_owned()))
         })
@@ -125,16 +115,24 @@ pub(crate) fn build(
 }
 
 /// The nested `cargo build`, with the outer build's flags, wrappers and directories removed.
-fn build_command(cargo: &str, workspace: &Path, target_dir: &Path, packages: &[&str]) -> Command {
+fn build_command(
+    cargo: &str,
+    workspace: &Path,
+    target_dir: &Path,
+    kind: Kind,
+    packages: &[&str],
+) -> Command {
     let mut command = Command::new(cargo);
-    command
-        .arg("build")
-        .arg("--manifest-path")
-        .arg(workspace)
-        .args(["--target", TARGET, "--profile", PROFILE])
-        .args(["--message-format", "json-render-diagnostics"]);
+    command.arg("build").arg("--manifest-path").arg(workspace);
+    if kind == Kind::Component {
+        command.args(["--target", TARGET, "--profile", PROFILE]);
+    }
+    command.args(["--message-format", "json-render-diagnostics"]);
     for package in packages {
         command.args(["-p", package]);
+        if kind == Kind::Binary {
+            command.args(["--bin", package]);
+        }
     }
     for name in SCRUBBED {
         command.env_remove(name);
@@ -145,8 +143,9 @@ fn build_command(cargo: &str, workspace: &Path, target_dir: &Path, packages: &[&
     command
 }
 
-/// The cdylib `.wasm` outputs among cargo's JSON messages, with the package each is of.
-fn components(messages: &str) -> Result<Vec<Artifact>, String> {
+/// The cdylib `.wasm` outputs (or the executables) among cargo's JSON messages, with the
+/// target each is of.
+fn artifacts(messages: &str, kind: Kind) -> Result<Vec<Artifact>, String> {
     let mut artifacts = Vec::new();
     for line in messages.lines().filter(|line| line.starts_with('{')) {
         let message: Message =
@@ -155,23 +154,25 @@ fn components(messages: &str) -> Result<Vec<Artifact>, String> {
             manifest_path,
             target,
             filenames,
+            executable,
         } = message
         else {
             continue;
         };
-        if !target.kind.iter().any(|kind| kind == "cdylib") {
-            continue;
-        }
-        let Some(wasm) = filenames
-            .into_iter()
-            .find(|file| file.extension().is_some_and(|ext| ext == "wasm"))
-        else {
+        let file = match kind {
+            Kind::Component if target.kind.iter().any(|k| k == "cdylib") => filenames
+                .into_iter()
+                .find(|file| file.extension().is_some_and(|ext| ext == "wasm")),
+            Kind::Binary if target.kind.iter().any(|k| k == "bin") => executable,
+            _ => None,
+        };
+        let Some(file) = file else {
             continue;
         };
         artifacts.push(Artifact {
             package: target.name,
             manifest: manifest_path,
-            wasm,
+            file,
         });
     }
     Ok(artifacts)
@@ -186,6 +187,8 @@ enum Message {
         manifest_path: PathBuf,
         target: Target,
         filenames: Vec<PathBuf>,
+        #[serde(default)]
+        executable: Option<PathBuf>,
     },
     /// Anything else: diagnostics, build-script output, the final status.
     #[serde(other)]
@@ -237,7 +240,6 @@ fn env_of(command: &Command, name: &str) -> Option<Option<std::ffi::OsString>> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -247,12 +249,25 @@ mod tests {
             "cargo",
             Path::new("/w/Cargo.toml"),
             Path::new("/w/target/components"),
+            Kind::Component,
             &["a", "b"],
         );
         assert_eq!(
             describe(&command),
             "cargo build --manifest-path /w/Cargo.toml --target wasm32-wasip2 \
              --profile component --message-format json-render-diagnostics -p a -p b"
+        );
+        let native = build_command(
+            "cargo",
+            Path::new("/w/Cargo.toml"),
+            Path::new("/w/target/components"),
+            Kind::Binary,
+            &["a"],
+        );
+        assert_eq!(
+            describe(&native),
+            "cargo build --manifest-path /w/Cargo.toml \
+             --message-format json-render-diagnostics -p a --bin a"
         );
         for name in SCRUBBED {
             assert_eq!(
@@ -277,11 +292,21 @@ mod tests {
 {"reason":"build-finished","success":true}
 "#;
         assert_eq!(
-            components(messages).unwrap(),
+            artifacts(messages, Kind::Component).unwrap(),
             [Artifact {
                 package: "gatehouse_attestor_join_token".into(),
                 manifest: PathBuf::from("/w/a/Cargo.toml"),
-                wasm: PathBuf::from("/t/c/gatehouse_attestor_join_token.wasm"),
+                file: PathBuf::from("/t/c/gatehouse_attestor_join_token.wasm"),
+            }]
+        );
+        assert!(artifacts(messages, Kind::Binary).unwrap().is_empty());
+        let bin = r#"{"reason":"compiler-artifact","manifest_path":"/w/b/Cargo.toml","target":{"kind":["bin"],"name":"b"},"filenames":["/t/debug/b"],"executable":"/t/debug/b"}"#;
+        assert_eq!(
+            artifacts(bin, Kind::Binary).unwrap(),
+            [Artifact {
+                package: "b".into(),
+                manifest: PathBuf::from("/w/b/Cargo.toml"),
+                file: PathBuf::from("/t/debug/b"),
             }]
         );
     }
@@ -308,7 +333,11 @@ mod tests {
 
     #[test]
     fn refuses_garbled_messages() {
-        assert!(components("{not json\n").is_err());
-        assert!(components("Compiling x\n").unwrap().is_empty());
+        assert!(artifacts("{not json\n", Kind::Component).is_err());
+        assert!(
+            artifacts("Compiling x\n", Kind::Component)
+                .unwrap()
+                .is_empty()
+        );
     }
 }

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-/// Why [`try_build_components_in`](crate::try_build_components_in) failed.
+/// Why a nested build ([`build_components`](crate::build_components),
+/// [`build_binaries`](crate::build_binaries)) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
@@ -45,7 +46,9 @@ pub enum BuildError {
         detail: String,
     },
     /// The build succeeded but produced no component for a requested package.
-    #[error("cargo built no .wasm for package {0} (does it have a cdylib lib target?)")]
+    #[error(
+        "cargo built nothing for package {0} (a component needs a cdylib lib target, a binary a bin target named after the package)"
+    )]
     NoComponent(String),
     /// Reading or copying a file failed.
     #[error("{}: {source}", .path.display())]
@@ -89,7 +92,8 @@ mod tests {
         );
         assert_eq!(
             BuildError::NoComponent("gatehouse-x".into()).to_string(),
-            "cargo built no .wasm for package gatehouse-x (does it have a cdylib lib target?)"
+            "cargo built nothing for package gatehouse-x (a component needs a cdylib lib \
+             target, a binary a bin target named after the package)"
         );
         assert_eq!(
             BuildError::Output {

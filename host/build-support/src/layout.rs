@@ -22,7 +22,6 @@ pub(crate) fn outer_target_dir(out_dir: &Path) -> Result<PathBuf, BuildError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::outer_target_dir;
     use std::path::Path;

@@ -1,25 +1,31 @@
-//! Builds workspace packages into WebAssembly components from a build script.
+//! Builds the components' workspace (and other workspaces of guest code) from a build script.
 //!
 //! The host embeds the built-in attestors and the integration tests load fixture components,
-//! so their build scripts need `.wasm` files built from this workspace's sources.
-//! [`build_components`] runs one nested `cargo build --target wasm32-wasip2 --profile component`
-//! over the root workspace (wasip2 output is already a component: no adapter), then copies
-//! each component into the calling build script's `OUT_DIR` and prints the
-//! `cargo:rerun-if-changed` lines that make the build script run again when a source changes.
+//! so their build scripts need `.wasm` files built from this repository's sources. Components
+//! live in workspaces of their own, outside the root one (`attestors/Cargo.toml`: the
+//! attestors, the test fixtures and the benchmark component; `examples/attestor`: the
+//! third-party example), so a component crate never shares a feature set with the host's build.
+//! [`build_components`] runs one nested
+//! `cargo build --target wasm32-wasip2 --profile component` over such a workspace (wasip2
+//! output is already a component: no adapter), then copies each component into the calling
+//! build script's `OUT_DIR` and prints the `cargo:rerun-if-changed` lines that make the build
+//! script run again when a source changes. [`build_binaries`] does the same for native
+//! executables (the example's agent-side producer).
 //!
 //! The nested cargo uses its own target directory, `<outer target dir>/components`: sharing
 //! the outer one would deadlock on its lock, and one directory for every caller means the host
-//! and the tests share one wasm build. It runs without the outer build's `RUSTFLAGS` and
-//! `rustc` wrappers (they are for the host target, and a wrapper such as clippy-driver must not
-//! see the wasm build), and with the outer cargo's jobserver, so it uses no more cores than
-//! the outer build was given.
+//! and the tests share one wasm build of each workspace. It runs without the outer build's
+//! `RUSTFLAGS` and `rustc` wrappers (they are for the host target, and a wrapper such as
+//! clippy-driver must not see the wasm build), and with the outer cargo's jobserver, so it uses
+//! no more cores than the outer build was given.
 //!
-//! Building a package must not recurse into the caller: only components (which depend on the
+//! Building a package must not recurse into the caller: only guest code (which depends on the
 //! SDK, never on the host or the tests) may be built this way.
 //!
 //! ```no_run
 //! // build.rs
-//! let built = gatehouse_build_support::build_components(&["gatehouse-attestor-join-token"]);
+//! let workspace = std::path::Path::new("../attestors/Cargo.toml");
+//! let built = gatehouse_build_support::build_components(workspace, &["gatehouse-attestor-join-token"]);
 //! for component in &built {
 //!     println!("{} at {}", component.package, component.path.display());
 //! }
@@ -41,48 +47,61 @@ pub const TARGET: &str = "wasm32-wasip2";
 /// `Cargo.toml`).
 pub const PROFILE: &str = "component";
 
-/// A component built from a workspace package.
+/// A component (or binary) built from a workspace package.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Built {
     /// The package it was built from (for example `gatehouse-attestor-join-token`).
     pub package: String,
-    /// The component: an absolute path to a copy in the calling build script's `OUT_DIR`,
+    /// The artifact: an absolute path to a copy in the calling build script's `OUT_DIR`,
     /// which later nested builds do not overwrite.
     pub path: PathBuf,
 }
 
-/// Builds `packages` (workspace packages with a `cdylib` target) into components with one
+/// Builds `packages` (packages of the workspace whose root manifest is `workspace`, relative
+/// to the calling package's directory, each with a `cdylib` target) into components with one
 /// nested cargo in `<outer target dir>/components`, in the order given. Meant for build
 /// scripts: it panics with the reason when the build fails, including when the
 /// `wasm32-wasip2` target is not installed.
-pub fn build_components(packages: &[&str]) -> Vec<Built> {
-    build_components_in("components", packages)
-}
-
-/// [`build_components`] in `<outer target dir>/<dir>`, a target directory of its own.
-///
-/// Use it for a component that depends on another component's crate with different features:
-/// a `cdylib` dependency is built (and its `.wasm` written) under a name without a hash, so
-/// two feature sets of one crate in one target directory overwrite each other's component.
-pub fn build_components_in(dir: &str, packages: &[&str]) -> Vec<Built> {
-    match try_build_components_in(dir, packages) {
+pub fn build_components(workspace: &Path, packages: &[&str]) -> Vec<Built> {
+    match try_build(workspace, Kind::Component, packages) {
         Ok(built) => built,
         Err(error) => panic!("building components {packages:?}: {error}"),
     }
 }
 
-/// [`build_components_in`], returning the error instead of panicking.
-pub fn try_build_components_in(dir: &str, packages: &[&str]) -> Result<Vec<Built>, BuildError> {
+/// Builds the binary target named after each of `packages` natively (the dev profile), as
+/// [`build_components`] builds components. Keep such packages small: they are a second native
+/// build of whatever they depend on.
+pub fn build_binaries(workspace: &Path, packages: &[&str]) -> Vec<Built> {
+    match try_build(workspace, Kind::Binary, packages) {
+        Ok(built) => built,
+        Err(error) => panic!("building binaries {packages:?}: {error}"),
+    }
+}
+
+/// What a nested build makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `cdylib`s for wasm32-wasip2, profile `component`.
+    Component,
+    /// Binaries for the host, profile `dev`.
+    Binary,
+}
+
+/// [`build_components`] or [`build_binaries`], returning the error instead of panicking.
+fn try_build(workspace: &Path, kind: Kind, packages: &[&str]) -> Result<Vec<Built>, BuildError> {
     let out_dir = PathBuf::from(layout::env("OUT_DIR")?);
     let manifest_dir = PathBuf::from(layout::env("CARGO_MANIFEST_DIR")?);
     let cargo = layout::env("CARGO")?;
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
 
-    cargo::check_target_installed(&rustc)?;
-    let workspace = cargo::workspace_manifest(&cargo, &manifest_dir)?;
-    let target_dir = layout::outer_target_dir(&out_dir)?.join(dir);
+    if kind == Kind::Component {
+        cargo::check_target_installed(&rustc)?;
+    }
+    let workspace = manifest_dir.join(workspace);
+    let target_dir = layout::outer_target_dir(&out_dir)?.join("components");
 
-    let artifacts = cargo::build(&cargo, &workspace, &target_dir, packages)?;
+    let artifacts = cargo::build(&cargo, &workspace, &target_dir, kind, packages)?;
 
     println!("cargo:rerun-if-changed={}", workspace.display());
     if let Some(root) = workspace.parent() {
@@ -90,26 +109,38 @@ pub fn try_build_components_in(dir: &str, packages: &[&str]) -> Result<Vec<Built
             "cargo:rerun-if-changed={}",
             root.join("Cargo.lock").display()
         );
-        println!("cargo:rerun-if-changed={}", root.join("wit").display());
     }
-    let root = workspace.parent().unwrap_or(Path::new("/"));
-    let copies = out_dir.join("components");
+    // The sources of path dependencies outside the workspace (the SDK, its WIT) are in the
+    // `.d` files; their manifests are found below the repository root.
+    let root = manifest_dir
+        .ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .unwrap_or(Path::new("/"))
+        .to_owned();
+    let copies = out_dir.join(match kind {
+        Kind::Component => "components",
+        Kind::Binary => "binaries",
+    });
     std::fs::create_dir_all(&copies).map_err(|source| BuildError::io(&copies, source))?;
     artifacts
         .into_iter()
         .map(|artifact| {
             println!("cargo:rerun-if-changed={}", artifact.manifest.display());
-            let deps = read_depfile(&artifact.wasm)?;
+            let deps = read_depfile(&artifact.file)?;
             for dep in &deps {
                 println!("cargo:rerun-if-changed={}", dep.display());
             }
             // The `.d` file lists sources only; a path dependency's manifest (its features and
             // dependencies) matters too.
-            for manifest in depfile::manifests(&deps, root) {
+            for manifest in depfile::manifests(&deps, &root) {
                 println!("cargo:rerun-if-changed={}", manifest.display());
             }
-            let path = copies.join(format!("{}.wasm", artifact.package));
-            std::fs::copy(&artifact.wasm, &path).map_err(|source| BuildError::io(&path, source))?;
+            let name = match kind {
+                Kind::Component => format!("{}.wasm", artifact.package),
+                Kind::Binary => artifact.package.clone(),
+            };
+            let path = copies.join(name);
+            std::fs::copy(&artifact.file, &path).map_err(|source| BuildError::io(&path, source))?;
             Ok(Built {
                 package: artifact.package,
                 path,
@@ -118,9 +149,9 @@ pub fn try_build_components_in(dir: &str, packages: &[&str]) -> Result<Vec<Built
         .collect()
 }
 
-/// The sources a component was built from, from the `.d` file cargo writes beside it.
-fn read_depfile(wasm: &Path) -> Result<Vec<PathBuf>, BuildError> {
-    let path = wasm.with_extension("d");
+/// The sources an artifact was built from, from the `.d` file cargo writes beside it.
+fn read_depfile(file: &Path) -> Result<Vec<PathBuf>, BuildError> {
+    let path = file.with_extension("d");
     let text = std::fs::read_to_string(&path).map_err(|source| BuildError::io(&path, source))?;
     Ok(depfile::dependencies(&text))
 }

@@ -222,7 +222,6 @@ impl RateLimiter {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -296,7 +296,6 @@ pub(super) async fn update_pool(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -734,7 +734,6 @@ pub(super) async fn revoke_unspent(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1306,7 +1306,6 @@ fn write_join_request(out: &mut (dyn Write + Send), r: &Value) -> anyhow::Result
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
@@ -1547,7 +1546,6 @@ mod tests {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod pool_tests {
     use super::*;
     use crate::cli::{Cli, Command};

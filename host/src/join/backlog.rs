@@ -113,7 +113,6 @@ async fn write_batch(db: &Db, batch: &[Unwritten]) -> Result<(), crate::store::S
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::join::refusal::Refusal;

@@ -454,7 +454,6 @@ fn resolve(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::join::types::Binding;

@@ -262,7 +262,6 @@ async fn cert_row(tx: &mut Tx, leaf: &[u8]) -> Result<Option<NodeCertRow>, Stop>
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

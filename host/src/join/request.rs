@@ -74,7 +74,6 @@ pub fn normalise_mac(mac: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

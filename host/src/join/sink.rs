@@ -281,7 +281,6 @@ async fn deliver(target: &Target, refusal: &Refusal) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

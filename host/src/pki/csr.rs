@@ -98,7 +98,6 @@ pub fn verify_csr(der: &[u8]) -> Result<VerifiedCsr, CsrError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use rcgen::{

@@ -97,7 +97,6 @@ pub fn dev_tls(names: &[String]) -> Result<DevTls, PkiError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use rustls::pki_types::pem::PemObject as _;

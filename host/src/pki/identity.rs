@@ -166,7 +166,6 @@ pub fn cert_spki(cert_der: &[u8]) -> Result<Vec<u8>, IdentityError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use rcgen::{CertificateParams, DnType, KeyPair, SanType};

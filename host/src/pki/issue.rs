@@ -187,7 +187,6 @@ impl Pki {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::pki::verify::verify_chain;

@@ -14,6 +14,7 @@ mod csr;
 mod dev_tls;
 pub mod identity;
 mod issue;
+pub mod native;
 mod response;
 mod state;
 pub mod verify;
@@ -246,7 +247,6 @@ impl Pki {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -672,5 +672,4 @@ pub fn verify_chain(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

@@ -85,7 +85,6 @@ impl StoreError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::StoreError;
 

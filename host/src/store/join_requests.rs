@@ -299,7 +299,6 @@ impl Tx {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::{Cursor, testing};
     use super::*;

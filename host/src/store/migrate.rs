@@ -122,7 +122,6 @@ pub(super) async fn run(pool: &AnyPool, backend: Backend) -> Result<(), StoreErr
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -247,7 +247,6 @@ impl Tx {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::{NewNode, NodeRole, UseOutcome, testing};
     use super::*;

@@ -76,7 +76,6 @@ impl Tx {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::{
         AuditResult, NewAudit, NewEvent, NewToken, TokenExpect, TokenRole, testing,

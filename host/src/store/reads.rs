@@ -220,7 +220,6 @@ impl Tx {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::{PoolCursor, testing};
     use super::*;

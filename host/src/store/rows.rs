@@ -547,7 +547,6 @@ fn hex_opt<S: serde::Serializer>(bytes: &Option<[u8; 32]>, s: S) -> Result<S::Ok
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

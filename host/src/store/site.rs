@@ -173,7 +173,6 @@ impl Tx {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing;
     use super::*;

@@ -3,8 +3,6 @@
 //! the test fails) when `DATABASE_URL` names a server, so tests run concurrently and
 //! repeatedly.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use sqlx::Connection;
 
 use super::{Db, sqlite_url};

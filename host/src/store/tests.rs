@@ -1,8 +1,6 @@
 //! The store against real databases: SQLite always, Postgres when `DATABASE_URL` is set.
 //! Each test runs its body on every backend, each on a fresh database.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

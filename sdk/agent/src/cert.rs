@@ -121,7 +121,6 @@ pub fn ak_name(der: &[u8]) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use rcgen::{CertificateParams, DnType, KeyPair, SanType};

@@ -144,7 +144,6 @@ impl EvidenceProducer for CloudIidProducer {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use gatehouse_proto::cloud_iid::CLOUD_IID;

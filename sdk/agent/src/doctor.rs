@@ -191,7 +191,6 @@ pub fn doctor(dir: &Path, tpm: Option<&HostTpm>) -> Vec<Check> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -357,7 +357,6 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
 

@@ -271,7 +271,6 @@ echo "gatehouse-agent install: done"
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -284,7 +284,6 @@ pub fn build_csr(key: &NodeKey) -> Result<Vec<u8>, KeyError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
 

@@ -30,7 +30,6 @@ mod reset;
 mod site;
 mod status;
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod testutil;
 #[cfg(feature = "tpm")]
 pub mod tpm;
@@ -54,7 +53,10 @@ pub use lifecycle::{
     Action, AttemptError, Clock, Lifecycle, LifecycleError, LifecycleEvent, RenewPolicy, Schedule,
     Step, Validity,
 };
-pub use producer::{EvidenceProducer, JOIN_TOKEN, ProducerError, TokenProducer};
+pub use producer::{
+    EvidenceProducer, ExternalProducer, JOIN_TOKEN, MAX_ANSWER, PRODUCER_TIMEOUT, ProducerError,
+    TokenProducer,
+};
 pub use ramdisk::{
     BootCredentials, CmdlineError, DISCOVERY, DiscoveryProducer, local_claims, read_cmdline,
 };

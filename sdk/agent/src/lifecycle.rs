@@ -743,5 +743,4 @@ fn expires_in(ms: i64) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

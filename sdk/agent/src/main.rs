@@ -7,10 +7,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gatehouse_agent::{
-    CloudIidProducer, DEFAULT_TCTI, DiscoveryProducer, HostTpm as Tpm, JOIN_TOKEN, JoinClient,
-    JoinOptions, Joined, KeyPlace, Lifecycle, NoTpmSupport, NodeKey, RenewPolicy, SiteLoop, TPM,
-    TPM_SUPPORT, TokenProducer, apply_reset, ensure_no_identity, join, load_identity_with,
-    local_claims, plan_reset, read_cmdline, write_identity,
+    CloudIidProducer, DEFAULT_TCTI, DiscoveryProducer, ExternalProducer, HostTpm as Tpm,
+    JOIN_TOKEN, JoinClient, JoinOptions, Joined, KeyPlace, Lifecycle, NoTpmSupport, NodeKey,
+    RenewPolicy, SiteLoop, TPM, TPM_SUPPORT, TokenProducer, apply_reset, ensure_no_identity, join,
+    load_identity_with, local_claims, plan_reset, read_cmdline, write_identity,
 };
 use gatehouse_proto::cloud_iid::{CLOUD_IID, Provider};
 use gatehouse_proto::{Claims, JoinTrust, Role, TokenString};
@@ -346,10 +346,21 @@ struct JoinArgs {
     /// The directory to write the identity to; it must not hold one yet.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
-    /// The attestor that decides: one that admits on the sealed token alone, or `tpm` (the
-    /// TPM is the credential; the node key is made in the TPM).
+    /// The attestor that decides: one that admits on the sealed token alone, `tpm` (the TPM is
+    /// the credential; the node key is made in the TPM), or any attestor, a third party's
+    /// included, with --evidence-file and --producer.
     #[arg(long, value_name = "ID", default_value = JOIN_TOKEN)]
     attestor: String,
+    /// The first round's evidence for --attestor, sent as is (at most 256 KiB): what that
+    /// attestor's documentation says to send. With --token-file too, the sealed token goes
+    /// along.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["document_file", "userdata"])]
+    evidence_file: Option<PathBuf>,
+    /// The command that answers --attestor's challenges, run through /bin/sh -c: the
+    /// challenge's payload on stdin, the next round's evidence on stdout (README: "Evidence
+    /// producers").
+    #[arg(long, value_name = "COMMAND", conflicts_with = "document_file")]
+    producer: Option<String>,
     /// The TPM's TCTI (device:/dev/tpmrm0 on a host, swtpm:host=127.0.0.1,port=N for a
     /// software TPM): the node key is made there for every join. Default: device:/dev/tpmrm0
     /// when it exists (always with --attestor tpm), else a file key. `none`: a file key.
@@ -561,6 +572,14 @@ enum Credential {
     Document(gatehouse_proto::cloud_iid::CloudIidEvidence),
     /// The TPM.
     Tpm,
+    /// Evidence from outside the agent (--evidence-file, --producer), for any attestor, with
+    /// the token when one was given.
+    External {
+        /// The first round's evidence.
+        evidence: Vec<u8>,
+        /// The token sent along, if any.
+        token: Option<TokenString>,
+    },
 }
 
 /// The credential `args` ask for: `--attestor tpm` reads no token and refuses one;
@@ -579,6 +598,38 @@ fn credential(args: &JoinArgs) -> Result<Credential, Failure> {
             )));
         }
         return Ok(Credential::Tpm);
+    }
+    if args.evidence_file.is_some() || args.producer.is_some() {
+        if args.attestor == JOIN_TOKEN {
+            return Err(usage(anyhow::anyhow!(
+                "--evidence-file and --producer are for another attestor: name it with --attestor"
+            )));
+        }
+        let evidence = match &args.evidence_file {
+            Some(file) => {
+                let bytes = std::fs::read(file)
+                    .with_context(|| file.display().to_string())
+                    .map_err(usage)?;
+                if bytes.len() > gatehouse_agent::MAX_ANSWER {
+                    return Err(usage(anyhow::anyhow!(
+                        "{}: evidence is at most {} bytes",
+                        file.display(),
+                        gatehouse_agent::MAX_ANSWER
+                    )));
+                }
+                bytes
+            }
+            None => Vec::new(),
+        };
+        let token = match &args.token_file {
+            Some(file) => Some(
+                TokenString::parse(&read(file)?)
+                    .with_context(|| file.display().to_string())
+                    .map_err(usage)?,
+            ),
+            None => None,
+        };
+        return Ok(Credential::External { evidence, token });
     }
     if let Some(document) = &args.document_file {
         let evidence =
@@ -813,6 +864,23 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
             let joined = join(&client, &trust, &mut producer, Some(&token), &key, &options)
                 .await
                 .map_err(join_failure)?;
+            (key, joined)
+        }
+        (Credential::External { evidence, token }, tpm) => {
+            let key =
+                NodeKey::generate_for_host(tpm.as_ref()).map_err(|e| Failure::Join(e.into()))?;
+            let mut producer =
+                ExternalProducer::new(&args.attestor, args.role, evidence, args.producer.clone());
+            let joined = join(
+                &client,
+                &trust,
+                &mut producer,
+                token.as_ref(),
+                &key,
+                &options,
+            )
+            .await
+            .map_err(join_failure)?;
             (key, joined)
         }
         (Credential::Document(evidence), tpm) => {
@@ -1133,7 +1201,6 @@ async fn main() -> ExitCode {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory as _;
@@ -1151,6 +1218,62 @@ mod tests {
             TPM_SUPPORT,
             "{version}"
         );
+    }
+
+    #[test]
+    fn evidence_and_producer_are_for_a_named_attestor() {
+        let dir = tempfile::tempdir().unwrap();
+        let evidence = dir.path().join("evidence.json");
+        std::fs::write(&evidence, b"{\"hostKey\":\"k\"}").unwrap();
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "gatehouse-agent",
+                "join",
+                "--server",
+                "https://h:8443",
+                "--ca",
+                "trust.json",
+                "--out",
+                "d",
+                "--evidence-file",
+                evidence.to_str().unwrap(),
+            ];
+            argv.extend_from_slice(extra);
+            let Command::Join(args) = Cli::try_parse_from(argv).unwrap().command else {
+                panic!("not a join")
+            };
+            args
+        };
+        // Without --attestor, the evidence would go to join-token: a usage error.
+        let Err(Failure::Usage(e)) = credential(&parse(&[])) else {
+            panic!("--evidence-file without --attestor must be a usage error")
+        };
+        assert!(e.to_string().contains("--attestor"), "{e}");
+        let args = parse(&["--attestor", "ssh-host-key", "--producer", "answer --x"]);
+        assert_eq!(args.producer.as_deref(), Some("answer --x"));
+        let Ok(Credential::External { evidence, token }) = credential(&args) else {
+            panic!("an external credential")
+        };
+        assert_eq!(evidence, b"{\"hostKey\":\"k\"}");
+        assert!(token.is_none());
+        // --document-file is cloud-iid's own evidence: not both.
+        let argv = [
+            "gatehouse-agent",
+            "join",
+            "--server",
+            "https://h:8443",
+            "--ca",
+            "t",
+            "--out",
+            "d",
+            "--attestor",
+            "x",
+            "--producer",
+            "p",
+            "--document-file",
+            "doc",
+        ];
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 
     #[test]

@@ -103,7 +103,6 @@ pub fn local_claims(sys: &Path) -> Claims {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -192,5 +192,4 @@ pub(crate) fn admit(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

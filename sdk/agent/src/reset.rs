@@ -108,7 +108,6 @@ pub fn apply_reset(moves: &[ResetMove]) -> Result<(), IdentityError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::time::Duration;
 

@@ -406,7 +406,6 @@ fn write_replacing(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -162,7 +162,6 @@ pub fn status(dir: &Path, now_ms: i64) -> Result<Status, IdentityError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -35,7 +35,6 @@ pub type HostTpm = std::convert::Infallible;
 pub struct NoTpmSupport(pub &'static str);
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

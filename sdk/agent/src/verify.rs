@@ -200,7 +200,6 @@ fn check_leaf(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::testutil::{Pki, deferred_body, joined_body, signer};

@@ -115,7 +115,6 @@ impl EvidenceProducer for X509popProducer {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED, UnparsedPublicKey};
     use x509_parser::prelude::FromDer as _;

@@ -18,6 +18,12 @@ use crate::{
     note = "implement `gatehouse_sdk::Attestor` (info, configure, verify) for `{Self}`"
 )]
 pub trait Attestor: Sized {
+    /// Whether the attestor uses the host's TPM functions ([`Context::tpm`]). Leave it `false`
+    /// unless it does: [`export_attestor!`](crate::export_attestor) then hands `verify` a
+    /// [`NoTpm`] and never references the host's `tpm` imports, so the component does not
+    /// import the `tpm` interface at all (a host without TPM support still loads it).
+    const TPM: bool = false;
+
     /// Who the attestor is: its id, version and the most rounds a join through it takes.
     fn info() -> Info;
 
@@ -33,17 +39,42 @@ pub trait Attestor: Sized {
 
 /// What an attestor decides with: the join's transaction and the host's cryptography.
 ///
-/// In a component both call the host's imports; natively (the host's benchmark, unit tests)
-/// any implementation of the traits will do.
+/// In a component all three call the host's imports; natively (unit tests with the
+/// `gatehouse-sdk-test` kit, the host's benchmark) any implementation of the traits will do.
+///
+/// ```
+/// # use gatehouse_sdk::{Context, Tx, Crypto, NoTpm};
+/// fn database_time(cx: &Context<'_>) -> i64 {
+///     cx.tx.now()
+/// }
+/// ```
 pub struct Context<'a> {
     /// The database transaction JoinService holds for this round.
     pub tx: &'a dyn Tx,
     /// Cryptography the host runs natively.
     pub crypto: &'a dyn Crypto,
+    /// TPM 2.0 checks the host runs natively: [`NoTpm`] unless the attestor sets
+    /// [`Attestor::TPM`].
+    pub tpm: &'a dyn Tpm,
 }
 
 /// The typed capability over the join's database transaction (the WIT `transaction.tx`
 /// resource). There is no raw SQL: every operation is one an attestor needs.
+///
+/// Each operation's semantics and limits are the WIT's (`wit/transaction.wit`). In unit tests,
+/// `gatehouse-sdk-test`'s `MemoryTx` implements it in memory:
+///
+/// ```
+/// use gatehouse_sdk::{Tx, UseError};
+/// use gatehouse_sdk_test::MemoryTx;
+///
+/// let tx = MemoryTx::new(1_000);
+/// // Single-use evidence: the second use of a subject, before it expires, is a replay.
+/// assert_eq!(tx.record_use("nonce:1", 2_000), Ok(()));
+/// assert_eq!(tx.record_use("nonce:1", 2_000), Err(UseError::Reused));
+/// tx.set_now(2_000);
+/// assert_eq!(tx.record_use("nonce:1", 3_000), Ok(()), "expired: usable again");
+/// ```
 pub trait Tx {
     /// The database's clock, the only clock attestors should decide by.
     fn now(&self) -> TimestampMs;
@@ -79,32 +110,34 @@ pub trait Tx {
     fn kv_delete(&self, key: &str) -> Result<(), TxError>;
     /// The newest certificate the host issued to `node_id` for the key whose
     /// SubjectPublicKeyInfo has SHA-256 `spki_sha256`, neither revoked nor expired.
-    ///
-    /// Defaults to [`TxError::Invalid`] so implementations written before it (fakes in tests)
-    /// keep compiling; the host's implementation answers it.
     fn node_cert_for_key(
         &self,
         node_id: &str,
         spki_sha256: &[u8],
-    ) -> Result<Option<NodeCert>, TxError> {
-        let _ = (node_id, spki_sha256);
-        Err(TxError::Invalid(
-            "node-cert-for-key is not implemented".into(),
-        ))
-    }
+    ) -> Result<Option<NodeCert>, TxError>;
     /// The newest inventory of any node that reports `mac`.
-    ///
-    /// Defaults to [`TxError::Invalid`], like [`Tx::node_cert_for_key`].
-    fn inventory_by_mac(&self, mac: &str) -> Result<Option<Inventory>, TxError> {
-        let _ = mac;
-        Err(TxError::Invalid(
-            "inventory-by-mac is not implemented".into(),
-        ))
-    }
+    fn inventory_by_mac(&self, mac: &str) -> Result<Option<Inventory>, TxError>;
 }
 
 /// Cryptography the host runs natively (the WIT `crypto` interface). Every function takes
 /// untrusted bytes and fails cleanly on bad input.
+///
+/// State sealed for a challenge opens only for the same attestor and binding, and only until
+/// its not-after (database time); `gatehouse-sdk-test`'s `SoftCrypto` behaves the same way:
+///
+/// ```
+/// use gatehouse_sdk::{Crypto, CryptoError};
+/// use gatehouse_sdk_test::{MemoryTx, SoftCrypto};
+///
+/// let tx = MemoryTx::new(1_000);
+/// let crypto = SoftCrypto::new("mine", tx.clock());
+/// let csr_sha256 = [7u8; 32];
+/// let sealed = crypto.seal_state_until(b"nonce", &csr_sha256, 5_000);
+/// assert_eq!(crypto.open_state(&sealed, &csr_sha256), Ok(b"nonce".to_vec()));
+/// assert_eq!(crypto.open_state(&sealed, &[8u8; 32]), Err(CryptoError::Unsealable));
+/// tx.set_now(5_001);
+/// assert_eq!(crypto.open_state(&sealed, &csr_sha256), Err(CryptoError::Expired));
+/// ```
 pub trait Crypto {
     /// SHA-256 of `data`.
     fn sha256(&self, data: &[u8]) -> Vec<u8>;
@@ -129,92 +162,117 @@ pub trait Crypto {
     fn seal_state(&self, plaintext: &[u8], binding: &[u8]) -> Vec<u8>;
     /// [`seal_state`](Crypto::seal_state), expiring at `not_after` if that is sooner: seal a
     /// challenge's state with its not-after, and [`open_state`](Crypto::open_state) refuses a
-    /// late answer's state with [`CryptoError::Expired`]. The host's implementation does; the
-    /// default (for test doubles) ignores `not_after` and keeps the 5-minute limit.
-    fn seal_state_until(
-        &self,
-        plaintext: &[u8],
-        binding: &[u8],
-        not_after: TimestampMs,
-    ) -> Vec<u8> {
-        let _ = not_after;
-        self.seal_state(plaintext, binding)
-    }
+    /// late answer's state with [`CryptoError::Expired`].
+    fn seal_state_until(&self, plaintext: &[u8], binding: &[u8], not_after: TimestampMs)
+    -> Vec<u8>;
     /// Opens what [`seal_state`](Crypto::seal_state) sealed with the same binding.
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError>;
+}
 
-    // The TPM functions (the WIT `tpm` interface). They are provided methods answering
-    // `unsupported`, so test doubles that need no TPM compile unchanged; the component's
-    // import-backed implementation overrides every one.
-
+/// TPM 2.0 checks the host runs natively (the WIT `tpm` interface). Every function parses
+/// untrusted TPM wire structures and fails cleanly on bad input.
+pub trait Tpm {
     /// Parses a TPMT_PUBLIC and computes its TPM name and SPKI.
-    fn tpm_parse_public(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
-        let _ = public;
-        Err(no_tpm())
-    }
+    fn parse_public(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError>;
     /// Checks a public area has attestation-key attributes (restricted signing key, fixedTPM,
     /// fixedParent, sensitiveDataOrigin, decrypt clear).
-    fn tpm_check_ak(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
-        let _ = public;
-        Err(no_tpm())
-    }
+    fn check_ak(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError>;
     /// TPM2_MakeCredential of `secret` for the EK `ek_public` and the object named `ak_name`.
-    fn tpm_make_credential(
+    fn make_credential(
         &self,
         ek_public: &[u8],
         ak_name: &[u8],
         secret: &[u8],
-    ) -> Result<TpmCredential, TpmError> {
-        let _ = (ek_public, ak_name, secret);
-        Err(no_tpm())
-    }
+    ) -> Result<TpmCredential, TpmError>;
     /// Verifies a TPM2_Quote by `ak_public` over exactly `pcrs` with extraData `nonce`;
     /// returns the PCRs covered.
-    fn tpm_verify_quote(
+    fn verify_quote(
         &self,
         ak_public: &[u8],
         quote: &[u8],
         signature: &[u8],
         pcrs: &[TpmPcrValue],
         nonce: &[u8],
-    ) -> Result<Vec<TpmPcrValue>, TpmError> {
-        let _ = (ak_public, quote, signature, pcrs, nonce);
-        Err(no_tpm())
-    }
+    ) -> Result<Vec<TpmPcrValue>, TpmError>;
     /// Verifies a TPM2_Certify of `key_public` by `ak_public` with extraData `nonce`; returns
     /// the certified key.
-    fn tpm_verify_certify(
+    fn verify_certify(
         &self,
         ak_public: &[u8],
         certify_info: &[u8],
         signature: &[u8],
         key_public: &[u8],
         nonce: &[u8],
-    ) -> Result<TpmPublicInfo, TpmError> {
-        let _ = (ak_public, certify_info, signature, key_public, nonce);
-        Err(no_tpm())
-    }
+    ) -> Result<TpmPublicInfo, TpmError>;
     /// Verifies that `ek_certificate` chains through `intermediates` to one of `roots` at `at`
     /// and certifies the key of `ek_public`.
-    fn tpm_verify_ek(
+    fn verify_ek(
         &self,
         ek_public: &[u8],
         ek_certificate: &[u8],
         intermediates: &[Vec<u8>],
         roots: &[Vec<u8>],
         at: TimestampMs,
-    ) -> Result<TpmPublicInfo, TpmError> {
-        let _ = (ek_public, ek_certificate, intermediates, roots, at);
-        Err(no_tpm())
+    ) -> Result<TpmPublicInfo, TpmError>;
+}
+
+/// The [`Tpm`] of an attestor that does not set [`Attestor::TPM`]: every function answers
+/// [`TpmError::Unsupported`]. Keeping the host's `tpm` imports out of such a component is what
+/// lets it load on a host that offers none.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoTpm;
+
+impl NoTpm {
+    fn unsupported<T>() -> Result<T, TpmError> {
+        Err(TpmError::Unsupported(
+            "this attestor does not use the TPM (Attestor::TPM is false)".into(),
+        ))
     }
 }
 
-/// Most `roots` one [`Crypto::tpm_verify_ek`] call takes (the host's `verify-ek` refuses more),
+impl Tpm for NoTpm {
+    fn parse_public(&self, _: &[u8]) -> Result<TpmPublicInfo, TpmError> {
+        Self::unsupported()
+    }
+    fn check_ak(&self, _: &[u8]) -> Result<TpmPublicInfo, TpmError> {
+        Self::unsupported()
+    }
+    fn make_credential(&self, _: &[u8], _: &[u8], _: &[u8]) -> Result<TpmCredential, TpmError> {
+        Self::unsupported()
+    }
+    fn verify_quote(
+        &self,
+        _: &[u8],
+        _: &[u8],
+        _: &[u8],
+        _: &[TpmPcrValue],
+        _: &[u8],
+    ) -> Result<Vec<TpmPcrValue>, TpmError> {
+        Self::unsupported()
+    }
+    fn verify_certify(
+        &self,
+        _: &[u8],
+        _: &[u8],
+        _: &[u8],
+        _: &[u8],
+        _: &[u8],
+    ) -> Result<TpmPublicInfo, TpmError> {
+        Self::unsupported()
+    }
+    fn verify_ek(
+        &self,
+        _: &[u8],
+        _: &[u8],
+        _: &[Vec<u8>],
+        _: &[Vec<u8>],
+        _: TimestampMs,
+    ) -> Result<TpmPublicInfo, TpmError> {
+        Self::unsupported()
+    }
+}
+
+/// Most `roots` one [`Tpm::verify_ek`] call takes (the host's `verify-ek` refuses more),
 /// so an attestor's EK trust configuration and the host agree: a whole vendor trust bundle
 /// (about 170 roots and intermediates in 2026) fits several times over.
 pub const MAX_EK_ROOTS: usize = 1024;
-
-/// What a [`Crypto`] without TPM support answers.
-fn no_tpm() -> TpmError {
-    TpmError::Unsupported("this Crypto implementation has no TPM support".into())
-}

@@ -18,7 +18,6 @@ pub fn decode(text: &str) -> Result<Vec<u8>, DecodeError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::{decode, encode};
 

@@ -15,7 +15,6 @@ pub fn parse<T: DeserializeOwned>(config: &str) -> Result<T, String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::parse;
 

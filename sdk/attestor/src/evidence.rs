@@ -20,7 +20,6 @@ pub fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Refusal> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

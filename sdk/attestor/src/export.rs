@@ -8,8 +8,9 @@ use crate::wit::better_compute::attestor::{crypto, tpm, transaction};
 use crate::wit::exports::better_compute::attestor::verifier::Guest;
 use crate::{
     Attestor, Context, Crypto, CryptoError, Info, Inventory, JoinRequest, JoinRequestRow, Lease,
-    Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, TpmCredential, TpmError,
-    TpmPcrValue, TpmPublicInfo, Tx, TxError, UseError, VerifiedChain, Workflow, reason, refuse,
+    NoTpm, Node, NodeCert, Outcome, SignatureScheme, TimestampMs, Token, Tpm, TpmCredential,
+    TpmError, TpmPcrValue, TpmPublicInfo, Tx, TxError, UseError, VerifiedChain, Workflow, reason,
+    refuse,
 };
 
 /// The exported `verifier` for attestor `T`.
@@ -31,9 +32,14 @@ impl<T: Attestor> Guest for Export<T> {
             Ok(attestor) => attestor,
             Err(_) => return refuse(reason::BAD_CONFIG).into(),
         };
+        // `T::TPM` is a constant, so the optimiser removes the branch not taken: a component
+        // whose attestor leaves it false never references `HostTpm` and so does not import the
+        // `tpm` interface (tests/artifacts checks which components do).
+        let tpm: &dyn Tpm = if T::TPM { &HostTpm } else { &NoTpm };
         let cx = Context {
             tx: &HostTx(tx),
             crypto: &HostCrypto,
+            tpm,
         };
         attestor.verify(&cx, &request)
     }
@@ -141,13 +147,19 @@ impl Crypto for HostCrypto {
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError> {
         crypto::open_state(sealed, binding)
     }
-    fn tpm_parse_public(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
+}
+
+/// [`Tpm`] over the host's `tpm` imports, for attestors that set [`Attestor::TPM`].
+struct HostTpm;
+
+impl Tpm for HostTpm {
+    fn parse_public(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
         tpm::parse_public(public)
     }
-    fn tpm_check_ak(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
+    fn check_ak(&self, public: &[u8]) -> Result<TpmPublicInfo, TpmError> {
         tpm::check_ak(public)
     }
-    fn tpm_make_credential(
+    fn make_credential(
         &self,
         ek_public: &[u8],
         ak_name: &[u8],
@@ -155,7 +167,7 @@ impl Crypto for HostCrypto {
     ) -> Result<TpmCredential, TpmError> {
         tpm::make_credential(ek_public, ak_name, secret)
     }
-    fn tpm_verify_quote(
+    fn verify_quote(
         &self,
         ak_public: &[u8],
         quote: &[u8],
@@ -165,7 +177,7 @@ impl Crypto for HostCrypto {
     ) -> Result<Vec<TpmPcrValue>, TpmError> {
         tpm::verify_quote(ak_public, quote, signature, pcrs, nonce)
     }
-    fn tpm_verify_certify(
+    fn verify_certify(
         &self,
         ak_public: &[u8],
         certify_info: &[u8],
@@ -175,7 +187,7 @@ impl Crypto for HostCrypto {
     ) -> Result<TpmPublicInfo, TpmError> {
         tpm::verify_certify(ak_public, certify_info, signature, key_public, nonce)
     }
-    fn tpm_verify_ek(
+    fn verify_ek(
         &self,
         ek_public: &[u8],
         ek_certificate: &[u8],

@@ -5,12 +5,21 @@
 //! hides the generated bindings of the `better-compute:attestor` world behind one trait,
 //! [`Attestor`], and one macro, [`export_attestor!`]: the attestor decides with the
 //! transaction and the host's cryptography reached through a [`Context`], and the same code
-//! runs natively (the host's benchmark calls attestors through the trait, with its own [`Tx`]
-//! and [`Crypto`]).
+//! runs natively: an attestor's unit tests run it with the in-memory transaction and software
+//! cryptography of the `gatehouse-sdk-test` crate, no host needed.
 //!
 //! Helpers cover what every attestor needs: stable [`reason`] codes and the [`refuse`]
-//! builder, bounded JSON [`evidence`] and [`config`] parsing, [`b64url`] and
-//! [`constant_time_eq`].
+//! builder, bounded JSON [`evidence`] and [`config`] parsing, the join-token checks any
+//! token-based attestor shares ([`token`]), the operator-approval protocol ([`approval`]),
+//! [`b64url`], [`hex`] and [`constant_time_eq`].
+//!
+//! # Versions
+//!
+//! The crate carries the WIT it is built from (`wit/`, the package
+//! `better-compute:attestor`); a component built with SDK 0.x imports that WIT version. The
+//! host loads components of its own WIT major (for 0.x, its own minor) and links only what a
+//! component imports, so an attestor keeps loading when a later host adds functions; see the
+//! README's "WIT version policy".
 //!
 //! # A minimal attestor
 //!
@@ -56,14 +65,17 @@
 //! # fn main() {}
 //! ```
 
+pub mod approval;
 mod attestor;
 pub mod b64url;
 pub mod config;
 mod ct;
 pub mod evidence;
 mod export;
+pub mod hex;
 mod outcome;
 pub mod reason;
+pub mod token;
 
 /// The generated bindings of the `attestor` world. Not part of the API: use the re-exports at
 /// the crate root; this module is public only because [`export_attestor!`] expands to paths in
@@ -72,7 +84,7 @@ pub mod reason;
 #[allow(unsafe_code, missing_docs, clippy::all)]
 pub mod wit {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "attestor",
         pub_export_macro: true,
         default_bindings_module: "gatehouse_sdk::wit",
@@ -82,7 +94,7 @@ pub mod wit {
     });
 }
 
-pub use attestor::{Attestor, Context, Crypto, MAX_EK_ROOTS, Tx};
+pub use attestor::{Attestor, Context, Crypto, MAX_EK_ROOTS, NoTpm, Tpm, Tx};
 pub use ct::constant_time_eq;
 pub use outcome::refuse;
 

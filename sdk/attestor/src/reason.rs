@@ -55,6 +55,14 @@ pub const NODE_KEY_NAME: &str = "node-key-name";
 pub const NODE_KEY_ATTRIBUTES: &str = "node-key-attributes";
 /// The certified key is not the key the CSR carries.
 pub const NODE_KEY_NOT_CSR: &str = "node-key-not-csr";
+/// An operator denied the machine's join request.
+pub const JOIN_REQUEST_DENIED: &str = "join-request-denied";
+/// The join request lapsed before an operator decided it, or before the machine came back.
+pub const JOIN_REQUEST_EXPIRED: &str = "join-request-expired";
+/// The join request's approval already admitted a machine once.
+pub const JOIN_REQUEST_USED: &str = "join-request-used";
+/// The remembered join request is for another subject or CSR.
+pub const JOIN_REQUEST_MISMATCH: &str = "join-request-mismatch";
 /// The attestor requires a certified node key and the answer carries none.
 pub const NODE_KEY_NOT_CERTIFIED: &str = "node-key-not-certified";
 
@@ -103,6 +111,10 @@ mod tests {
         NODE_KEY_ATTRIBUTES,
         NODE_KEY_NOT_CSR,
         NODE_KEY_NOT_CERTIFIED,
+        JOIN_REQUEST_DENIED,
+        JOIN_REQUEST_EXPIRED,
+        JOIN_REQUEST_USED,
+        JOIN_REQUEST_MISMATCH,
     ];
 
     #[test]

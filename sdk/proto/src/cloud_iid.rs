@@ -97,7 +97,6 @@ pub struct CloudIidEvidence {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -202,7 +202,6 @@ pub fn parse_cmdline(cmdline: &str) -> (Option<String>, Option<String>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

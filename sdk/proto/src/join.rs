@@ -149,7 +149,6 @@ pub struct Challenge {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

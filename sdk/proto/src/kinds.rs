@@ -93,7 +93,6 @@ pub fn allows(patterns: &[String], kind: &str) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -22,7 +22,6 @@ pub struct RenewRequest {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -124,7 +124,6 @@ pub fn open_token(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

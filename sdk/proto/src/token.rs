@@ -87,7 +87,6 @@ impl TokenString {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -215,7 +215,6 @@ pub fn quote_nonce_input(secret: &[u8], csr_sha256: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -113,7 +113,6 @@ pub fn token_from_userdata(text: &str) -> Result<TokenString, UserdataError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -60,7 +60,6 @@ pub fn signing_input(csr_sha256: &[u8; 32], node_id: &str, client_time: i64) -> 
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -232,5 +232,4 @@ pub fn is_object_name(name: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

@@ -2,7 +2,8 @@
 //! nested `cargo build --target wasm32-wasip2`, see `gatehouse-build-support`).
 //!
 //! Each constant is the absolute path of a component: [`JOIN_TOKEN`] and [`X509POP`] for the
-//! built-in attestors, and one per directory in `tests/fixtures`
+//! built-in attestors, [`EXAMPLE_ATTESTOR`] (and the executable [`EXAMPLE_AGENT`]) for the
+//! third-party example, and one per directory in `tests/fixtures`
 //! (`tests/fixtures/loop-forever` is [`LOOP_FOREVER`]). [`foreach_fixture!`] calls a macro
 //! once per fixture, so the test crate can require a test for each:
 //!
@@ -27,5 +28,4 @@
 include!(concat!(env!("OUT_DIR"), "/components.rs"));
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

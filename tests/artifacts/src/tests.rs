@@ -55,10 +55,10 @@ fn inspect(path: &str) -> Surface {
 }
 
 /// Asserts `path` is an attestor component of world version `version` that imports only the
-/// world's interfaces (types, transaction, crypto and tpm: the SDK's `Crypto` reaches the
-/// native TPM checks through a trait object, so every SDK component keeps that import, which
-/// the host links) and the `wasi:io` and `wasi:cli` interfaces Rust's standard library uses
-/// for stdio and exit (no clocks, random, filesystem or sockets).
+/// world's interfaces but `tpm` (types, transaction, crypto: the SDK links the host's TPM
+/// functions only into attestors that set `Attestor::TPM`, so the others load on a host that
+/// offers no TPM) and the `wasi:io` and `wasi:cli` interfaces Rust's standard library uses for
+/// stdio and exit (no clocks, random, filesystem or sockets).
 #[track_caller]
 fn assert_attestor(path: &str, version: &str) -> Surface {
     let surface = inspect(path);
@@ -72,7 +72,6 @@ fn assert_attestor(path: &str, version: &str) -> Surface {
             || import.starts_with("wasi:cli/")
             || *import == format!("better-compute:attestor/transaction@{version}")
             || *import == format!("better-compute:attestor/crypto@{version}")
-            || *import == format!("better-compute:attestor/tpm@{version}")
             || *import == format!("better-compute:attestor/types@{version}");
         assert!(allowed, "{path} imports {import}");
     }
@@ -131,6 +130,50 @@ fn tpm() {
         "better-compute:attestor/transaction@0.2.0",
     ] {
         assert!(surface.imports.contains(&import.to_owned()), "{import}");
+    }
+}
+
+/// The third-party example is an attestor like the others: no `tpm`, no WASI beyond stdio.
+#[test]
+fn example_attestor() {
+    let surface = assert_attestor(crate::EXAMPLE_ATTESTOR, "0.2.0");
+    for import in [
+        "better-compute:attestor/crypto@0.2.0",
+        "better-compute:attestor/transaction@0.2.0",
+    ] {
+        assert!(surface.imports.contains(&import.to_owned()), "{import}");
+    }
+}
+
+/// The example's machine side is an executable.
+#[test]
+fn example_agent() {
+    let metadata = std::fs::metadata(crate::EXAMPLE_AGENT).unwrap();
+    assert!(metadata.is_file() && metadata.len() > 0);
+}
+
+/// The SDK carries the WIT it is built from (`sdk/attestor/wit`, so `cargo package` ships it);
+/// the repository's `wit/` is the canonical copy the host binds. They must not drift: after
+/// editing `wit/`, run `cp wit/*.wit sdk/attestor/wit/`.
+#[test]
+fn the_sdk_carries_the_hosts_wit() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let names = |dir: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(format!("{root}/{dir}"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names("wit"), names("sdk/attestor/wit"));
+    for name in names("wit") {
+        let canonical = std::fs::read(format!("{root}/wit/{name}")).unwrap();
+        let carried = std::fs::read(format!("{root}/sdk/attestor/wit/{name}")).unwrap();
+        assert!(
+            canonical == carried,
+            "sdk/attestor/wit/{name} differs from wit/{name}: run `cp wit/*.wit sdk/attestor/wit/`"
+        );
     }
 }
 

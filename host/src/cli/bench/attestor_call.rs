@@ -1,9 +1,8 @@
 //! `attestor_call_us_wasm` vs `attestor_call_us_native`: join-token's verify of one valid
 //! token, as a component (fresh store and instance each call, through the host's imports) and
-//! as the same crate compiled natively (through the SDK's traits), both over the in-memory
-//! store so neither pays for a database.
+//! as the same crate compiled natively (through the SDK's traits, over the SDK test kit's
+//! in-memory transaction), both in memory so neither pays for a database.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,10 +11,10 @@ use gatehouse_attestor_join_token::JoinToken;
 use gatehouse_sdk::Attestor as _;
 use sha2::{Digest, Sha256};
 
-use super::memory::{MemoryStore, NativeTx};
-use super::native_crypto::NativeCrypto;
+use super::memory::MemoryStore;
 use crate::imports::Session;
 use crate::pki::Pki;
+use crate::pki::native::NativeCrypto;
 use crate::runtime::bindings::transaction::{Token, TokenExpect};
 use crate::runtime::bindings::types::{self as wit, TokenRole};
 use crate::runtime::{Runtime, RuntimeConfig};
@@ -47,6 +46,32 @@ fn token() -> Token {
             node_id: None,
         },
         reclaim: false,
+    }
+}
+
+/// The same row as the SDK's type.
+fn sdk_token(t: &Token) -> gatehouse_sdk::Token {
+    gatehouse_sdk::Token {
+        id: t.id.clone(),
+        role: match t.role {
+            TokenRole::Node => gatehouse_sdk::TokenRole::Node,
+            TokenRole::Site => gatehouse_sdk::TokenRole::Site,
+            TokenRole::Provisioned => gatehouse_sdk::TokenRole::Provisioned,
+            TokenRole::Discovery => gatehouse_sdk::TokenRole::Discovery,
+        },
+        secret_sha256: t.secret_sha256.clone(),
+        tenant_id: t.tenant_id.clone(),
+        pool_id: t.pool_id.clone(),
+        site_id: t.site_id.clone(),
+        expires_at: t.expires_at,
+        revoked: t.revoked,
+        uses_left: t.uses_left,
+        expect: gatehouse_sdk::TokenExpect {
+            product_uuid: t.expect.product_uuid.clone(),
+            mac: t.expect.mac.clone(),
+            node_id: t.expect.node_id.clone(),
+        },
+        reclaim: t.reclaim,
     }
 }
 
@@ -131,10 +156,8 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     let sdk_req = sdk_request();
     let mut native = Vec::with_capacity(iterations);
     for i in 0..iterations + iterations / 10 {
-        let tx = NativeTx {
-            store: RefCell::new(MemoryStore::new(NOW, [token()])),
-            attestor: "join-token".into(),
-        };
+        let tx = gatehouse_sdk_test::MemoryTx::new(NOW);
+        tx.insert_token(sdk_token(&token()));
         let crypto = NativeCrypto {
             pki: &pki,
             attestor: "join-token",
@@ -145,6 +168,7 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
             &gatehouse_sdk::Context {
                 tx: &tx,
                 crypto: &crypto,
+                tpm: &gatehouse_sdk::NoTpm,
             },
             &sdk_req,
         );

@@ -13,7 +13,6 @@
 mod attestor_call;
 mod limits;
 mod memory;
-mod native_crypto;
 mod tpm_verify;
 
 use std::sync::Arc;

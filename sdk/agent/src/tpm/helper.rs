@@ -414,5 +414,4 @@ impl gatehouse_tpm::Verifier for AwsLcVerifier {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

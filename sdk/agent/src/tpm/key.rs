@@ -223,7 +223,6 @@ impl rustls::sign::Signer for TlsSigner {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

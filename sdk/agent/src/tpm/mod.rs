@@ -21,7 +21,6 @@ mod producer;
 #[cfg(any(test, feature = "swtpm"))]
 pub mod swtpm;
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
 
 use std::str::FromStr as _;

@@ -1,5 +1,6 @@
-//! The SDK's [`gatehouse_sdk::Crypto`] natively, for calling an attestor crate without wasm:
-//! the same [`crate::pki`] functions the component's `crypto` import runs.
+//! The SDK's [`gatehouse_sdk::Crypto`] natively, for calling an attestor crate without wasm
+//! (the benchmark's native path, the real-vector tests): the same [`crate::pki`] functions the
+//! component's `crypto` import runs, with the host clock standing in for database time.
 
 use gatehouse_sdk::{CryptoError, SignatureScheme, VerifiedChain};
 
@@ -7,8 +8,10 @@ use crate::pki::Pki;
 use crate::pki::verify::{self, Scheme};
 
 /// Native crypto for one attestor.
-pub(super) struct NativeCrypto<'a> {
+pub struct NativeCrypto<'a> {
+    /// The PKI whose challenge key seals state.
     pub pki: &'a Pki,
+    /// The attestor state is sealed for.
     pub attestor: &'a str,
 }
 
