@@ -25,14 +25,14 @@ use crate::common::{Backend, HostOptions, TestHost, backends, drop_postgres, fre
 
 /// A TCP proxy from a loopback port to the PostgreSQL server, which the test cuts and
 /// restores.
-struct Proxy {
-    port: u16,
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
     upstream: String,
     running: Option<(watch::Sender<()>, tokio::task::JoinHandle<()>)>,
 }
 
 impl Proxy {
-    async fn start(upstream: String) -> Self {
+    pub(crate) async fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let mut proxy = Self {
@@ -51,14 +51,14 @@ impl Proxy {
     }
 
     /// Drops every connection and closes the port: a new connection is refused.
-    async fn cut(&mut self) {
+    pub(crate) async fn cut(&mut self) {
         let (stop, task) = self.running.take().expect("the proxy runs");
         drop(stop);
         task.await.unwrap();
     }
 
     /// Opens the port again.
-    async fn restore(&mut self) {
+    pub(crate) async fn restore(&mut self) {
         let addr: SocketAddr = format!("127.0.0.1:{}", self.port).parse().unwrap();
         let socket = TcpSocket::new_v4().unwrap();
         socket.set_reuseaddr(true).unwrap();
