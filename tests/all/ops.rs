@@ -320,7 +320,11 @@ async fn the_crl_lists_a_revoked_certificate_for_x509_parser_and_openssl() {
             .iter_revoked_certificates()
             .map(|r| hex_of(r.raw_serial()))
             .collect();
-        assert_eq!(serials, [revoked_serial.clone()], "{backend:?}");
+        assert_eq!(
+            serials,
+            std::slice::from_ref(&revoked_serial),
+            "{backend:?}"
+        );
         let next = crl.next_update().unwrap().timestamp();
         assert_eq!(next - crl.last_update().timestamp(), 600);
         let entry = crl.iter_revoked_certificates().next().unwrap();
