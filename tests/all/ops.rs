@@ -591,22 +591,7 @@ async fn readyz_goes_unready_without_the_database_and_ready_when_it_returns() {
         eprintln!("DATABASE_URL is not set: the PostgreSQL readiness test does not run");
         return;
     };
-    let (direct, database) = fresh_postgres().await;
-    let server = reqwest::Url::parse(&server).unwrap();
-    let upstream = format!(
-        "{}:{}",
-        server.host_str().unwrap(),
-        server.port().unwrap_or(5432)
-    );
-    let mut proxy = crate::outage::Proxy::start(upstream).await;
-    let mut proxied = reqwest::Url::parse(&direct).unwrap();
-    proxied.set_host(Some("127.0.0.1")).unwrap();
-    proxied.set_port(Some(proxy.port)).unwrap();
-    let host = TestHost::start_with(HostOptions {
-        database_url: Some(proxied.to_string()),
-        ..HostOptions::new(Backend::Postgres)
-    })
-    .await;
+    let (mut proxy, host, database) = crate::outage::proxied_postgres_host(&server).await;
     assert_eq!(readyz(&host).await.0, 200);
     proxy.cut().await;
     let started = Instant::now();

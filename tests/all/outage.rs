@@ -68,6 +68,28 @@ impl Proxy {
     }
 }
 
+/// A host on a fresh PostgreSQL database of `server` (DATABASE_URL), reached through a
+/// [`Proxy`] the test can cut: the proxy, the host, and the database's name.
+pub(crate) async fn proxied_postgres_host(server: &str) -> (Proxy, TestHost, String) {
+    let (direct, database) = fresh_postgres().await;
+    let server = reqwest::Url::parse(server).unwrap();
+    let upstream = format!(
+        "{}:{}",
+        server.host_str().unwrap(),
+        server.port().unwrap_or(5432)
+    );
+    let proxy = Proxy::start(upstream).await;
+    let mut proxied = reqwest::Url::parse(&direct).unwrap();
+    proxied.set_host(Some("127.0.0.1")).unwrap();
+    proxied.set_port(Some(proxy.port)).unwrap();
+    let host = TestHost::start_with(HostOptions {
+        database_url: Some(proxied.to_string()),
+        ..HostOptions::new(Backend::Postgres)
+    })
+    .await;
+    (proxy, host, database)
+}
+
 /// Accepts and relays until `stopped` fires; then closes the listener and every relayed
 /// connection before returning.
 async fn accept_loop(listener: TcpListener, upstream: String, mut stopped: watch::Receiver<()>) {
@@ -238,22 +260,7 @@ async fn a_postgres_outage_during_joins_is_retryable_and_recorded() {
         eprintln!("DATABASE_URL is not set: the PostgreSQL outage test does not run");
         return;
     };
-    let (direct, database) = fresh_postgres().await;
-    let server = reqwest::Url::parse(&server).unwrap();
-    let upstream = format!(
-        "{}:{}",
-        server.host_str().unwrap(),
-        server.port().unwrap_or(5432)
-    );
-    let mut proxy = Proxy::start(upstream).await;
-    let mut proxied = reqwest::Url::parse(&direct).unwrap();
-    proxied.set_host(Some("127.0.0.1")).unwrap();
-    proxied.set_port(Some(proxy.port)).unwrap();
-    let host = TestHost::start_with(HostOptions {
-        database_url: Some(proxied.to_string()),
-        ..HostOptions::new(Backend::Postgres)
-    })
-    .await;
+    let (mut proxy, host, database) = proxied_postgres_host(&server).await;
 
     const MACHINES: usize = 24;
     let token = host.create_token("node", MACHINES as u32 + 8).await;

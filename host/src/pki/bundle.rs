@@ -242,14 +242,7 @@ impl Pki {
     /// the public parts.
     pub fn from_bundle(text: &str, secret: &[u8]) -> Result<Pki, PkiError> {
         check_secret(secret)?;
-        if text.len() > MAX_BUNDLE_LEN {
-            return Err(BundleError::TooLarge.into());
-        }
-        let file: BundleFile =
-            serde_json::from_str(text).map_err(|e| BundleError::Malformed(e.to_string()))?;
-        if file.format != FORMAT {
-            return Err(BundleError::UnsupportedFormat(file.format).into());
-        }
+        let file = parse_file(text)?;
         let key = derive_key(secret, &file.kdf)?;
         if file.sealed.len() < NONCE_LEN {
             return Err(BundleError::Malformed("the sealed part is too short".into()).into());
@@ -294,6 +287,19 @@ impl Pki {
     }
 }
 
+/// A bundle file of this format, not larger than any this code writes.
+fn parse_file(text: &str) -> Result<BundleFile, BundleError> {
+    if text.len() > MAX_BUNDLE_LEN {
+        return Err(BundleError::TooLarge);
+    }
+    let file: BundleFile =
+        serde_json::from_str(text).map_err(|e| BundleError::Malformed(e.to_string()))?;
+    if file.format != FORMAT {
+        return Err(BundleError::UnsupportedFormat(file.format));
+    }
+    Ok(file)
+}
+
 /// The join trust agents pin, from a bundle's public parts and the API's TLS CA (PEM), read
 /// without the secret (what `gatehouse pki trust` writes). The clear fields are checked to be
 /// of their form (a CA certificate, a P-256 SubjectPublicKeyInfo, 32 bytes of X25519 key, a
@@ -303,14 +309,7 @@ pub fn join_trust_from_bundle(
     text: &str,
     tls_ca_pem: &str,
 ) -> Result<gatehouse_proto::JoinTrust, PkiError> {
-    if text.len() > MAX_BUNDLE_LEN {
-        return Err(BundleError::TooLarge.into());
-    }
-    let file: BundleFile =
-        serde_json::from_str(text).map_err(|e| BundleError::Malformed(e.to_string()))?;
-    if file.format != FORMAT {
-        return Err(BundleError::UnsupportedFormat(file.format).into());
-    }
+    let file = parse_file(text)?;
     super::identity::validate_trust_domain(&file.trust_domain)?;
     let node_ca_der = CertificateDer::from_pem_slice(file.node_ca_pem.as_bytes())
         .map_err(|_| BundleError::Malformed("nodeCaPem is not one PEM certificate".into()))?;
