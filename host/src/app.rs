@@ -9,8 +9,8 @@ use sha2::{Digest, Sha256};
 
 use crate::api::{self, AppState, ServerHandle};
 use crate::config::Config;
+use crate::join::JoinService;
 use crate::join::sink::{RefusalSink, SinkError, SinkWorker};
-use crate::join::{JoinService, JoinSettings};
 use crate::pki::Pki;
 use crate::runtime::Runtime;
 use crate::store::Db;
@@ -150,6 +150,10 @@ pub struct Running {
     pub join: Arc<JoinService>,
     /// The refusal sink's delivery task, when `[audit.sink]` is configured.
     pub sink: Option<SinkWorker>,
+    /// The plain-HTTP metrics listener, when `[observability] metrics_listen` is configured.
+    pub observability: Option<ObservabilityServer>,
+    /// The task that settles superseded certificates.
+    sweeper: tokio::task::JoinHandle<()>,
     /// The data directory's lock, held while the host runs on SQLite.
     _lock: Option<std::fs::File>,
 }
@@ -162,6 +166,10 @@ impl Running {
     /// what is queued for at most [`SINK_DRAIN_DEADLINE`], and closes the database.
     pub async fn shutdown(self) {
         self.server.shutdown().await;
+        if let Some(observability) = self.observability {
+            observability.shutdown().await;
+        }
+        self.sweeper.abort();
         if let Some(sink) = self.sink {
             sink.shutdown(SINK_DRAIN_DEADLINE).await;
         }
@@ -188,15 +196,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let db = Db::connect(&database_url).await?;
     db.migrate().await?;
     let runtime = Arc::new(Runtime::load(&config.runtime(), builtin_attestors()).await?);
-    let mut join = JoinService::new(
-        db.clone(),
-        runtime,
-        pki.clone(),
-        JoinSettings {
-            cert_ttl_seconds: config.join.cert_ttl_seconds,
-            reclaim_grants: config.reclaim_grants(),
-        },
-    );
+    let mut join = JoinService::new(db.clone(), runtime, pki.clone(), config.join_settings());
     let mut sink = None;
     if let Some(sink_config) = config.audit_sink() {
         let (refusals, worker) = RefusalSink::start(&sink_config)?;
@@ -205,12 +205,18 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     }
     let join = Arc::new(join);
 
+    let tls_cert = read(&config.path(&config.tls.cert))?;
     let tls = api::tls_config(
-        &read(&config.path(&config.tls.cert))?,
+        &tls_cert,
         &read(&config.path(&config.tls.key))?,
         pki.node_ca_der(),
     )
     .map_err(|e| StartError::Tls(e.to_string()))?;
+    let tls_ca_pem = tls_ca_pem(config, &tls_cert)?;
+    let published = Arc::new(api::publish::Published::new(
+        pki.join_trust(&tls_ca_pem),
+        Duration::from_secs(u64::from(config.trust.refresh_seconds)),
+    ));
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|source| StartError::Listen {
@@ -223,6 +229,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             join: join.clone(),
             db: db.clone(),
             admin_key_sha256,
+            pki: pki.clone(),
+            published,
         },
         &limits,
     );
@@ -231,6 +239,17 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             addr: config.listen.clone(),
             source,
         })?;
+    let observability = match &config.observability.metrics_listen {
+        Some(addr) => Some(
+            ObservabilityServer::start(
+                addr,
+                api::publish::observability_router(db.clone(), join.clone()),
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    let sweeper = tokio::spawn(sweep_superseded(db.clone()));
     tracing::info!(addr = %server.addr, trust_domain = %pki.trust_domain(), "gatehouse serving");
     Ok(Running {
         server,
@@ -238,8 +257,108 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         pki,
         join,
         sink,
+        observability,
+        sweeper,
         _lock: lock,
     })
+}
+
+/// How often the host turns certificates whose supersession grace is over into revoked rows.
+/// The CRL and renewals look at the grace themselves; this keeps the rows (what `nodes show`
+/// and attestors read) in step within this long.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Settles superseded certificates every [`SWEEP_INTERVAL`]; a failure is logged and retried
+/// at the next tick (every replica runs it; the update is idempotent).
+async fn sweep_superseded(db: Db) {
+    // The first sweep one interval after the start, not during it.
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + SWEEP_INTERVAL, SWEEP_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let settled = async {
+            let mut tx = db.begin().await?;
+            let n = tx.settle_superseded(None).await?;
+            tx.commit().await?;
+            Ok::<u64, crate::store::StoreError>(n)
+        }
+        .await;
+        match settled {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(certificates = n, "superseded certificates revoked"),
+            Err(e) => tracing::warn!(error = %e, "could not settle superseded certificates"),
+        }
+    }
+}
+
+/// The API's TLS CA that agents pin: `[tls] ca`, else the last certificate of `[tls] cert`.
+fn tls_ca_pem(config: &Config, cert_chain_pem: &[u8]) -> Result<String, StartError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    if let Some(ca) = &config.tls.ca {
+        let text = String::from_utf8(read(&config.path(ca))?)
+            .map_err(|_| StartError::Tls(format!("{} is not PEM text", ca.display())))?;
+        let certs = CertificateDer::pem_slice_iter(text.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StartError::Tls(format!("{}: {e}", ca.display())))?;
+        if certs.is_empty() {
+            return Err(StartError::Tls(format!(
+                "{} holds no certificate",
+                ca.display()
+            )));
+        }
+        return Ok(text);
+    }
+    let last = CertificateDer::pem_slice_iter(cert_chain_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StartError::Tls(format!("TLS certificate chain: {e}")))?
+        .pop()
+        .ok_or_else(|| StartError::Tls("the TLS certificate file holds no certificate".into()))?;
+    Ok(crate::pki::pem_block("CERTIFICATE", &last))
+}
+
+/// The plain-HTTP listener of `[observability] metrics_listen`.
+pub struct ObservabilityServer {
+    /// The address it listens on.
+    pub addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ObservabilityServer {
+    async fn start(addr: &str, router: axum::Router) -> Result<Self, StartError> {
+        let listen_err = |source| StartError::Listen {
+            addr: addr.to_owned(),
+            source,
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(listen_err)?;
+        let local = listener.local_addr().map_err(listen_err)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the metrics listener failed");
+            }
+        });
+        tracing::info!(addr = %local, "serving /metrics, /healthz and /readyz over plain HTTP");
+        Ok(Self {
+            addr: local,
+            stop,
+            task,
+        })
+    }
+
+    async fn shutdown(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
 }
 
 /// The data directory: private to the host's user, and held by one host at a time.

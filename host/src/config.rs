@@ -34,6 +34,17 @@
 //! shutdown_grace_ms = 10000
 //! join_rate_per_second = 20        # per source address; 0: unlimited
 //! join_burst = 100
+//! node_issue_interval_seconds = 30 # least time between two certificates of one node
+//!
+//! [join]
+//! cert_ttl_seconds = 86400
+//! renewal_grace_seconds = 900      # the certificates a renewal replaced stay live this long
+//!
+//! [trust]
+//! refresh_seconds = 600            # CRL nextUpdate, SPIFFE bundle refresh hint
+//!
+//! [observability]
+//! # metrics_listen = "127.0.0.1:9090"   # plain HTTP: /metrics, /healthz, /readyz
 //!
 //! [audit.sink]                     # optional: a copy of every refusal (see join::sink)
 //! kind = "webhook"                 # POST one JSON object per refusal
@@ -115,6 +126,40 @@ pub struct Config {
     /// Connection limits, timeouts and rates.
     #[serde(default)]
     pub limits: LimitsSection,
+    /// What the host publishes for relying parties: the CRL and the SPIFFE bundle.
+    #[serde(default)]
+    pub trust: TrustSection,
+    /// Health, readiness and metrics.
+    #[serde(default)]
+    pub observability: ObservabilitySection,
+}
+
+/// `[trust]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrustSection {
+    /// How often relying parties should fetch the CRL and the SPIFFE bundle again, in seconds:
+    /// the CRL's nextUpdate is this long after its thisUpdate, and the bundle's
+    /// `spiffe_refresh_hint`. 60 to 604800.
+    pub refresh_seconds: u32,
+}
+
+impl Default for TrustSection {
+    fn default() -> Self {
+        Self {
+            refresh_seconds: 600,
+        }
+    }
+}
+
+/// `[observability]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ObservabilitySection {
+    /// A second, plain-HTTP listener serving only `/metrics`, `/healthz` and `/readyz`, without
+    /// the admin key (for a scraper on a private network or loopback). Without it `/metrics`
+    /// is served on the API's address and needs the admin key.
+    pub metrics_listen: Option<String>,
 }
 
 /// `[limits]`: see [`crate::api::Limits`] for what each bounds.
@@ -141,6 +186,9 @@ pub struct LimitsSection {
     pub join_rate_per_second: f64,
     /// The most join rounds a quiet source may send at once.
     pub join_burst: u32,
+    /// The least time between two certificates issued to one node, in seconds (0: no limit):
+    /// a renewal (or a re-join of the node) sooner is refused `rate-limited`, 429.
+    pub node_issue_interval_seconds: u32,
 }
 
 impl Default for LimitsSection {
@@ -161,6 +209,10 @@ impl Default for LimitsSection {
             shutdown_grace_ms: millis(d.shutdown_grace),
             join_rate_per_second: rate.per_second,
             join_burst: rate.burst,
+            node_issue_interval_seconds: u32::try_from(
+                crate::join::DEFAULT_NODE_ISSUE_INTERVAL_MS / 1000,
+            )
+            .unwrap_or(30),
         }
     }
 }
@@ -199,6 +251,9 @@ impl LimitsSection {
         }
         if self.join_rate_per_second > 0.0 && self.join_burst == 0 {
             return bad("join_burst must be at least 1");
+        }
+        if self.node_issue_interval_seconds > 86_400 {
+            return bad("node_issue_interval_seconds must be 0 to 86400");
         }
         Ok(())
     }
@@ -265,6 +320,11 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// PEM private key.
     pub key: PathBuf,
+    /// PEM: the CA certificate(s) agents pin for the API's TLS (`tlsCaPem` of the join trust
+    /// that `GET /v1/trust` serves and `gatehouse pki trust` writes). Default: the last
+    /// certificate of `cert`, which is the issuing CA when `cert` holds the whole chain.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
 }
 
 /// `[runtime]`.
@@ -305,12 +365,17 @@ impl Default for RuntimeSection {
 pub struct JoinSection {
     /// Lifetime of node and site certificates, in seconds (at most 24 h).
     pub cert_ttl_seconds: u32,
+    /// How long the certificates a renewal replaced stay live after it, in seconds (0 to
+    /// 3600): a connection authenticated with the old one is not cut at once.
+    pub renewal_grace_seconds: u32,
 }
 
 impl Default for JoinSection {
     fn default() -> Self {
         Self {
             cert_ttl_seconds: 24 * 3600,
+            renewal_grace_seconds: u32::try_from(crate::join::DEFAULT_RENEWAL_GRACE_MS / 1000)
+                .unwrap_or(900),
         }
     }
 }
@@ -478,6 +543,16 @@ impl Config {
                 "join.cert_ttl_seconds must be 60 to 86400".into(),
             ));
         }
+        if self.join.renewal_grace_seconds > 3600 {
+            return Err(ConfigError::Invalid(
+                "join.renewal_grace_seconds must be 0 to 3600".into(),
+            ));
+        }
+        if !(60..=7 * 86_400).contains(&self.trust.refresh_seconds) {
+            return Err(ConfigError::Invalid(
+                "trust.refresh_seconds must be 60 to 604800".into(),
+            ));
+        }
         if let Some(SinkSection::Webhook { timeout_ms, .. }) = &self.audit.sink
             && !(1..=60_000).contains(timeout_ms)
         {
@@ -511,6 +586,16 @@ impl Config {
         match &self.database_url {
             Some(url) => Ok(url.clone()),
             None => crate::store::sqlite_url(&self.data_dir.join("gatehouse.db")),
+        }
+    }
+
+    /// JoinService's settings.
+    pub fn join_settings(&self) -> crate::join::JoinSettings {
+        crate::join::JoinSettings {
+            cert_ttl_seconds: self.join.cert_ttl_seconds,
+            reclaim_grants: self.reclaim_grants(),
+            renewal_grace_ms: i64::from(self.join.renewal_grace_seconds) * 1000,
+            node_issue_interval_ms: i64::from(self.limits.node_issue_interval_seconds) * 1000,
         }
     }
 
@@ -576,6 +661,43 @@ mod tests {
     }
 
     const BASE: &str = "data_dir = \"/d\"\n[tls]\ncert = \"c.pem\"\nkey = \"/k.pem\"\n";
+
+    /// The production example the README points at loads, with the settings it documents.
+    #[test]
+    fn the_packaged_example_configuration_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/gatehouse.toml");
+        let c = Config::load(&path).unwrap();
+        assert_eq!(
+            c.observability.metrics_listen.as_deref(),
+            Some("127.0.0.1:9090")
+        );
+        assert_eq!(
+            c.tls.ca.as_deref(),
+            Some(Path::new("/etc/gatehouse/tls/ca.pem"))
+        );
+        let settings = c.join_settings();
+        assert_eq!(settings.renewal_grace_ms, 900_000);
+        assert_eq!(settings.node_issue_interval_ms, 30_000);
+        assert_eq!(c.trust.refresh_seconds, 600);
+    }
+
+    #[test]
+    fn renewal_and_trust_settings_are_bounded() {
+        let with = |extra: &str| parse(&format!("{BASE}{extra}"));
+        assert!(with("[join]\nrenewal_grace_seconds = 3601\n").is_err());
+        assert!(with("[limits]\nnode_issue_interval_seconds = 86401\n").is_err());
+        assert!(with("[trust]\nrefresh_seconds = 59\n").is_err());
+        let c = with("[limits]\nnode_issue_interval_seconds = 0\n").unwrap();
+        assert_eq!(c.join_settings().node_issue_interval_ms, 0);
+        // The defaults.
+        let c = parse(BASE).unwrap();
+        assert_eq!(
+            c.join_settings().node_issue_interval_ms,
+            crate::join::DEFAULT_NODE_ISSUE_INTERVAL_MS
+        );
+        assert_eq!(c.trust.refresh_seconds, 600);
+        assert!(c.observability.metrics_listen.is_none());
+    }
 
     #[test]
     fn defaults_and_paths() {

@@ -17,9 +17,6 @@ use crate::common::{Backend, HostOptions, TestHost};
 
 /// Certificate lifetime on the test host.
 const TTL_SECONDS: u32 = 6;
-/// The host back-dates notBefore by a minute for clock skew, so a certificate's lifetime as
-/// it states it is the TTL plus this.
-const BACKDATE_SECONDS: u32 = 60;
 
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -119,9 +116,10 @@ async fn renews_and_rejoins_with_x509pop_after_expiring_while_the_host_was_down(
     let first = load_identity(&dir).unwrap();
     let generation0 = generation(&host, &node_id).await;
 
-    // The loop: renew with half the TTL left, back off 200 ms to 1 s.
+    // The loop: renew with half the TTL left (counted from the issuance, not the back-dated
+    // notBefore), back off 200 ms to 1 s.
     let policy = RenewPolicy {
-        renew_when_left: f64::from(TTL_SECONDS / 2) / f64::from(TTL_SECONDS + BACKDATE_SECONDS),
+        renew_when_left: 0.5,
         backoff_min: Duration::from_millis(200),
         backoff_max: Duration::from_secs(1),
         ..RenewPolicy::default()
@@ -256,6 +254,7 @@ async fn a_revoked_node_stops_with_the_recovery_hint() {
             renew_when_left: 1.0,
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_millis(100),
+            min_interval: Duration::ZERO,
             ..RenewPolicy::default()
         };
         let (tx, mut rx) = mpsc::unbounded_channel();

@@ -55,8 +55,13 @@ pub struct HostOptions {
     /// `[attestors.<id>] reclaim` grants.
     pub reclaim_grants: Vec<(String, bool)>,
     /// `[limits]`; when absent, the defaults without the join rate limit (the suite joins in
-    /// bursts from one address).
+    /// bursts from one address) and without the per-node issuance interval (the suite renews
+    /// one node back to back).
     pub limits: Option<gatehouse::config::LimitsSection>,
+    /// `[join] renewal_grace_seconds`.
+    pub renewal_grace_seconds: Option<u32>,
+    /// `[observability] metrics_listen`.
+    pub metrics_listen: Option<String>,
 }
 
 impl HostOptions {
@@ -74,6 +79,8 @@ impl HostOptions {
             audit_sink: None,
             reclaim_grants: vec![],
             limits: None,
+            renewal_grace_seconds: None,
+            metrics_listen: None,
         }
     }
 }
@@ -96,6 +103,23 @@ impl Exit {
             Exit::Failed(e) => Err(e),
         }
     }
+}
+
+/// An HTTPS client trusting only `tls_ca_pem`.
+pub fn https_client(tls_ca_pem: &str) -> reqwest::Client {
+    // reqwest is built without a crypto provider, so that aws-lc-rs is the one TLS stack
+    // (its default features would link ring too): make aws-lc-rs the process default.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let ca = must(reqwest::Certificate::from_pem(tls_ca_pem.as_bytes()), "CA");
+    must(
+        reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            .timeout(Duration::from_secs(30))
+            .build(),
+        "client",
+    )
 }
 
 /// A running host in a temporary directory.
@@ -190,8 +214,13 @@ impl TestHost {
             .clone()
             .unwrap_or(gatehouse::config::LimitsSection {
                 join_rate_per_second: 0.0,
+                node_issue_interval_seconds: 0,
                 ..Default::default()
             });
+        if let Some(grace) = opts.renewal_grace_seconds {
+            config.join.renewal_grace_seconds = grace;
+        }
+        config.observability.metrics_listen = opts.metrics_listen.clone();
         let (database_url, created_database): (String, Option<String>) =
             match (opts.backend, opts.database_url) {
                 (Backend::Postgres, Some(url)) => (url, None),
@@ -237,22 +266,7 @@ impl TestHost {
 
     /// An HTTPS client trusting the host's TLS CA.
     pub fn http(&self) -> reqwest::Client {
-        // reqwest is built without a crypto provider, so that aws-lc-rs is the one TLS stack
-        // (its default features would link ring too): make aws-lc-rs the process default.
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let ca = must(
-            reqwest::Certificate::from_pem(self.trust.tls_ca_pem.as_bytes()),
-            "CA",
-        );
-        must(
-            reqwest::Client::builder()
-                .use_rustls_tls()
-                .tls_built_in_root_certs(false)
-                .add_root_certificate(ca)
-                .timeout(Duration::from_secs(30))
-                .build(),
-            "client",
-        )
+        https_client(&self.trust.tls_ca_pem)
     }
 
     /// Creates a token through the admin API.

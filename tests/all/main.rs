@@ -16,6 +16,7 @@ mod hostile;
 mod join_token;
 mod lists;
 mod nodes;
+mod ops;
 mod outage;
 mod policy;
 mod pools;

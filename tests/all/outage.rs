@@ -25,14 +25,14 @@ use crate::common::{Backend, HostOptions, TestHost, backends, drop_postgres, fre
 
 /// A TCP proxy from a loopback port to the PostgreSQL server, which the test cuts and
 /// restores.
-struct Proxy {
-    port: u16,
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
     upstream: String,
     running: Option<(watch::Sender<()>, tokio::task::JoinHandle<()>)>,
 }
 
 impl Proxy {
-    async fn start(upstream: String) -> Self {
+    pub(crate) async fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let mut proxy = Self {
@@ -51,14 +51,14 @@ impl Proxy {
     }
 
     /// Drops every connection and closes the port: a new connection is refused.
-    async fn cut(&mut self) {
+    pub(crate) async fn cut(&mut self) {
         let (stop, task) = self.running.take().expect("the proxy runs");
         drop(stop);
         task.await.unwrap();
     }
 
     /// Opens the port again.
-    async fn restore(&mut self) {
+    pub(crate) async fn restore(&mut self) {
         let addr: SocketAddr = format!("127.0.0.1:{}", self.port).parse().unwrap();
         let socket = TcpSocket::new_v4().unwrap();
         socket.set_reuseaddr(true).unwrap();
@@ -66,6 +66,28 @@ impl Proxy {
         let listener = socket.listen(1024).unwrap();
         self.serve(listener);
     }
+}
+
+/// A host on a fresh PostgreSQL database of `server` (DATABASE_URL), reached through a
+/// [`Proxy`] the test can cut: the proxy, the host, and the database's name.
+pub(crate) async fn proxied_postgres_host(server: &str) -> (Proxy, TestHost, String) {
+    let (direct, database) = fresh_postgres().await;
+    let server = reqwest::Url::parse(server).unwrap();
+    let upstream = format!(
+        "{}:{}",
+        server.host_str().unwrap(),
+        server.port().unwrap_or(5432)
+    );
+    let proxy = Proxy::start(upstream).await;
+    let mut proxied = reqwest::Url::parse(&direct).unwrap();
+    proxied.set_host(Some("127.0.0.1")).unwrap();
+    proxied.set_port(Some(proxy.port)).unwrap();
+    let host = TestHost::start_with(HostOptions {
+        database_url: Some(proxied.to_string()),
+        ..HostOptions::new(Backend::Postgres)
+    })
+    .await;
+    (proxy, host, database)
 }
 
 /// Accepts and relays until `stopped` fires; then closes the listener and every relayed
@@ -238,22 +260,7 @@ async fn a_postgres_outage_during_joins_is_retryable_and_recorded() {
         eprintln!("DATABASE_URL is not set: the PostgreSQL outage test does not run");
         return;
     };
-    let (direct, database) = fresh_postgres().await;
-    let server = reqwest::Url::parse(&server).unwrap();
-    let upstream = format!(
-        "{}:{}",
-        server.host_str().unwrap(),
-        server.port().unwrap_or(5432)
-    );
-    let mut proxy = Proxy::start(upstream).await;
-    let mut proxied = reqwest::Url::parse(&direct).unwrap();
-    proxied.set_host(Some("127.0.0.1")).unwrap();
-    proxied.set_port(Some(proxy.port)).unwrap();
-    let host = TestHost::start_with(HostOptions {
-        database_url: Some(proxied.to_string()),
-        ..HostOptions::new(Backend::Postgres)
-    })
-    .await;
+    let (mut proxy, host, database) = proxied_postgres_host(&server).await;
 
     const MACHINES: usize = 24;
     let token = host.create_token("node", MACHINES as u32 + 8).await;

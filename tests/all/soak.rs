@@ -41,6 +41,18 @@ fn host_process() {
         return;
     };
     let dir = dir.to_string_lossy().into_owned();
+    // `serve --dev` defaults, except the per-node issuance interval: the renewer renews one
+    // node five times a second, which the default (one certificate per node per 30 s) would
+    // answer 429 (tests/all/ops.rs shows that throttle).
+    let files = gatehouse::app::dev::prepare(std::path::Path::new(&dir), "127.0.0.1:0").unwrap();
+    let config = std::fs::read_to_string(&files.config).unwrap();
+    if !config.contains("[limits]") {
+        std::fs::write(
+            &files.config,
+            format!("{config}\n[limits]\nnode_issue_interval_seconds = 0\n"),
+        )
+        .unwrap();
+    }
     let cli = gatehouse::cli::Cli::try_parse_args([
         "gatehouse",
         "serve",

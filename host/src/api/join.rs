@@ -25,5 +25,6 @@ pub(super) async fn join(
         Err(JoinError::Denied) => Err(ApiError::AccessDenied),
         Err(JoinError::Unavailable(detail)) => Err(ApiError::Internal(detail)),
         Err(JoinError::Busy) => Err(ApiError::Busy),
+        Err(JoinError::RateLimited(wait)) => Err(ApiError::RateLimited(wait)),
     }
 }

@@ -1,5 +1,6 @@
-//! The HTTPS API: `POST /v1/join`, `POST /v1/renew` and the site routes (mTLS), and the admin routes, served by
-//! axum over rustls.
+//! The HTTPS API: `POST /v1/join`, `POST /v1/renew` and the site routes (mTLS), the public
+//! trust, CRL, health and readiness routes ([`publish`]), and the admin routes, served by axum
+//! over rustls.
 
 mod admin;
 mod error;
@@ -11,9 +12,11 @@ mod mtls;
 mod pools;
 mod provisioning;
 mod prune;
+pub mod publish;
 mod renew;
 mod server;
 mod site;
+mod tenants;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +41,10 @@ pub struct AppState {
     pub db: Db,
     /// SHA-256 of the admin API's bearer key.
     pub admin_key_sha256: [u8; 32],
+    /// The host's PKI: the CRL is signed and the SPIFFE bundle made with it.
+    pub pki: Arc<crate::pki::Pki>,
+    /// What the public routes serve.
+    pub published: Arc<publish::Published>,
 }
 
 /// What is known about the connection a request came on.
@@ -61,9 +68,26 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         )),
         None => post(join::join),
     };
+    // Renewals from one source address get a budget of their own at the same rate, in front
+    // of the per-node interval JoinService enforces: a node hammering /v1/renew is answered
+    // 429 here before each attempt costs a database transaction and an audit row.
+    let renew_route = match limits.join_rate {
+        Some(rate) => post(renew::renew).route_layer(axum::middleware::from_fn_with_state(
+            Arc::new(limits::RateLimiter::new(rate)),
+            middleware::rate_limit,
+        )),
+        None => post(renew::renew),
+    };
     Router::new()
         .route("/v1/join", join_route)
-        .route("/v1/renew", post(renew::renew))
+        .route("/v1/renew", renew_route)
+        .route("/v1/trust", get(publish::trust))
+        .route("/v1/trust/spiffe-bundle", get(publish::spiffe_bundle))
+        .route("/v1/crl", get(publish::crl))
+        .route("/v1/crl.pem", get(publish::crl_pem))
+        .route("/healthz", get(publish::healthz))
+        .route("/readyz", get(publish::readyz))
+        .route("/metrics", get(publish::metrics))
         .route("/v1/leases/{name}/acquire", post(site::acquire))
         .route("/v1/leases/{name}/renew", post(site::renew_lease))
         .route("/v1/leases/{name}/release", post(site::release))
@@ -139,6 +163,10 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .route("/v1/admin/events", get(admin::list_events))
         .route("/v1/admin/audits", get(admin::list_audits))
         .route("/v1/admin/attestors", get(admin::list_attestors))
+        .route(
+            "/v1/admin/tenants",
+            post(tenants::create_tenant).get(tenants::list_tenants),
+        )
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(DefaultBodyLimit::max(limits.max_body))

@@ -26,5 +26,6 @@ pub(super) async fn renew(
         Err(JoinError::Denied) => Err(ApiError::RenewDenied),
         Err(JoinError::Unavailable(detail)) => Err(ApiError::Internal(detail)),
         Err(JoinError::Busy) => Err(ApiError::Busy),
+        Err(JoinError::RateLimited(wait)) => Err(ApiError::RateLimited(wait)),
     }
 }

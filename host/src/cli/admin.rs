@@ -12,8 +12,10 @@ use super::AdminConnection;
 
 mod provisioning;
 mod prune;
+mod tenants;
 pub(super) use provisioning::{WorkflowsCommand, workflows};
 pub(super) use prune::{PruneCommand, PruneUsesArgs, prune, prune_uses};
+pub(super) use tenants::{TenantsCommand, tenants};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum TokenCommand {
@@ -21,10 +23,13 @@ pub(super) enum TokenCommand {
     Create(CreateTokenArgs),
     /// Lists tokens (never their secrets).
     List(ConnArgs),
-    /// Revokes a token.
+    /// Revokes a token (prints the host's JSON answer).
     Revoke {
         /// The token id.
         id: String,
+        /// Accepted for symmetry: the answer is JSON either way.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: AdminConnection,
     },
@@ -32,6 +37,9 @@ pub(super) enum TokenCommand {
 
 #[derive(Debug, Args)]
 pub(super) struct ConnArgs {
+    /// Print the host's JSON (`token list` prints JSON either way).
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -157,6 +165,9 @@ pub(super) enum AttestorsCommand {
 
 #[derive(Debug, Args)]
 pub(super) struct AuditsArgs {
+    /// Accepted for symmetry: audit records print as JSON lines either way.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -169,6 +180,9 @@ pub(super) struct EventsArgs {
     /// Start after this event id.
     #[arg(long, default_value_t = 0)]
     after: i64,
+    /// Accepted for symmetry: events print as JSON lines either way.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -177,6 +191,8 @@ struct Client {
     http: reqwest::Client,
     base: String,
     key: String,
+    /// The `--ca` file, named in a trust failure.
+    ca: PathBuf,
     page_size: u32,
 }
 
@@ -215,8 +231,29 @@ impl Client {
             http,
             base,
             key,
+            ca: ca_path,
             page_size: conn.page_size,
         })
+    }
+
+    /// A request that got no answer: a TLS trust failure (the host's certificate is not from
+    /// `--ca`) says so, rather than reading as an unreachable host.
+    fn send_error(&self, e: reqwest::Error, path: &str) -> anyhow::Error {
+        if gatehouse_agent::is_tls_trust_error(&e) {
+            anyhow::anyhow!(
+                "TLS trust failure calling {}{path}: the host's certificate is not trusted by \
+                 --ca {}: {}",
+                self.base,
+                self.ca.display(),
+                gatehouse_agent::error_line(&e)
+            )
+        } else {
+            anyhow::anyhow!(
+                "cannot reach the host at {}{path}: {}",
+                self.base,
+                gatehouse_agent::error_line(&e)
+            )
+        }
     }
 
     /// Every row of a paged list (`GET path`), a page of `--page-size` rows per request
@@ -233,10 +270,7 @@ impl Client {
             if let Some(after) = &after {
                 req = req.query(&[("after", after)]);
             }
-            let resp = req
-                .send()
-                .await
-                .with_context(|| format!("calling {}{path}", self.base))?;
+            let resp = req.send().await.map_err(|e| self.send_error(e, path))?;
             let status = resp.status();
             let next = resp
                 .headers()
@@ -275,10 +309,7 @@ impl Client {
         if let Some(body) = body {
             req = req.json(&body);
         }
-        let resp = req
-            .send()
-            .await
-            .with_context(|| format!("calling {}{path}", self.base))?;
+        let resp = req.send().await.map_err(|e| self.send_error(e, path))?;
         let status = resp.status();
         let value: Value = resp.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
@@ -340,10 +371,15 @@ pub(super) async fn token(command: TokenCommand) -> anyhow::Result<()> {
                 print(&created);
             } else {
                 println!("{}", escape(created["token"].as_str().unwrap_or_default()));
+                // On stderr, so `TOKEN=$(gatehouse token create …)` still captures the token
+                // alone.
+                if let Some(command) = agent_command(&client.base, &a.role) {
+                    eprintln!("{command}");
+                }
             }
         }
         TokenCommand::List(a) => print(&Client::new(&a.conn)?.list("/v1/admin/tokens").await?),
-        TokenCommand::Revoke { id, conn } => print(
+        TokenCommand::Revoke { id, conn, .. } => print(
             &Client::new(&conn)?
                 .call(
                     reqwest::Method::POST,
@@ -354,6 +390,23 @@ pub(super) async fn token(command: TokenCommand) -> anyhow::Result<()> {
         ),
     }
     Ok(())
+}
+
+/// The command that joins a machine with a token of `role` just printed, for the operator to
+/// copy: the token goes into a file (never the command line, which other users can read).
+/// Provisioned and discovery tokens are not joined with by hand (user data, a boot server).
+fn agent_command(server: &str, role: &str) -> Option<String> {
+    let join_role = match role {
+        "node" => "",
+        "site" => " --role site",
+        _ => return None,
+    };
+    Some(format!(
+        "join a machine with it (the token in a file readable only by root, join-trust.json from \
+         `gatehouse pki trust`):\n  gatehouse-agent join --server {} --ca join-trust.json \
+         --token-file TOKEN-FILE --out /var/lib/gatehouse-agent{join_role}",
+        escape(server)
+    ))
 }
 
 /// A destructive node action.
@@ -1004,6 +1057,10 @@ pub(super) async fn attestors(command: AttestorsCommand) -> anyhow::Result<()> {
     let list = Client::new(&a.conn)?
         .call(reqwest::Method::GET, "/v1/admin/attestors", None)
         .await?;
+    if a.json {
+        print(&list);
+        return Ok(());
+    }
     for a in list.as_array().into_iter().flatten() {
         let source = match a["source"]["kind"].as_str() {
             Some("file") => format!(

@@ -3,6 +3,7 @@
 mod admin;
 pub mod bench;
 mod pki_init;
+mod pki_trust;
 mod serve;
 
 use std::path::PathBuf;
@@ -13,8 +14,43 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "gatehouse", version, about)]
 pub struct Cli {
+    /// How the log (stderr) is written: `text` for people (coloured only on a terminal) or
+    /// `json`, one object a line, for a log collector.
+    #[arg(long, global = true, value_enum, env = "GATEHOUSE_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people; ANSI colours only when stderr is a terminal.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// Installs the process's log subscriber: `GATEHOUSE_LOG` (an `EnvFilter`, default `info`) to
+/// stderr in `format`. Colour codes are written only to a terminal, never into a file or a
+/// pipe.
+pub fn init_logging(format: LogFormat, filter_env: &str) {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_env(filter_env)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+}
+
+/// An error and its causes as one line, each cause once (see
+/// [`gatehouse_agent::error_line`]): what the binary prints when a command fails.
+pub fn report(error: &anyhow::Error) -> String {
+    gatehouse_agent::error_line(error.as_ref())
 }
 
 #[derive(Debug, Subcommand)]
@@ -35,6 +71,11 @@ enum Command {
     Nodes {
         #[command(subcommand)]
         command: admin::NodesCommand,
+    },
+    /// Tenants (through the admin API).
+    Tenants {
+        #[command(subcommand)]
+        command: admin::TenantsCommand,
     },
     /// Pools and their join policy (through the admin API).
     Pools {
@@ -78,6 +119,10 @@ enum PkiCommand {
     /// Writes a new PKI bundle (node CA, join signing key, join encryption key, challenge key)
     /// encrypted under a secret.
     Init(pki_init::InitArgs),
+    /// Writes the join trust file agents pin (`gatehouse-agent --ca`): the trust domain, the
+    /// node CA, the join signing and encryption keys (the bundle's public parts) and the API's
+    /// TLS CA.
+    Trust(pki_trust::TrustArgs),
 }
 
 /// How admin commands reach the host.
@@ -103,6 +148,11 @@ pub(crate) struct AdminConnection {
 }
 
 impl Cli {
+    /// `--log-format`.
+    pub fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
+
     /// Parses a command line whose first item is the program name, as the binary does.
     pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
     where
@@ -134,8 +184,12 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Pki {
             command: PkiCommand::Init(args),
         } => pki_init::run(args),
+        Command::Pki {
+            command: PkiCommand::Trust(args),
+        } => pki_trust::run(args, out),
         Command::Token { command } => admin::token(command).await,
         Command::Nodes { command } => admin::nodes(command, out).await,
+        Command::Tenants { command } => admin::tenants(command, out).await,
         Command::Pools { command } => admin::pools(command, out).await,
         Command::JoinRequests { command } => admin::join_requests(command, out).await,
         Command::Workflows { command } => admin::workflows(command, out).await,

@@ -19,12 +19,28 @@ pub(super) struct ServeArgs {
     /// With --dev: where to keep everything.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// With --dev: the listen address.
-    #[arg(long, default_value = "127.0.0.1:8443")]
-    listen: String,
+    /// With --dev: the listen address, on every run (default: the dev configuration's,
+    /// 127.0.0.1:8443 when it is first written).
+    #[arg(long, requires = "dev")]
+    listen: Option<String>,
 }
 
+/// The address `serve --dev` writes into a new dev configuration without `--listen`.
+const DEV_LISTEN: &str = "127.0.0.1:8443";
+
 pub(super) async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = load(args)?;
+    let running = app::start(&config).await?;
+    println!("gatehouse listening on https://{}", running.server.addr);
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// The configuration to serve: the file `--config` names, or with `--dev` the data
+/// directory's (made first where missing), listening on `--listen` when given.
+fn load(args: ServeArgs) -> anyhow::Result<Config> {
     let config_path = match (args.config, args.data_dir) {
         (Some(path), _) => path,
         (None, Some(dir)) => {
@@ -32,7 +48,7 @@ pub(super) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let dir = dir
                 .canonicalize()
                 .with_context(|| format!("resolving {}", dir.display()))?;
-            let files = app::dev::prepare(&dir, &args.listen)?;
+            let files = app::dev::prepare(&dir, args.listen.as_deref().unwrap_or(DEV_LISTEN))?;
             for path in &files.created {
                 println!("created {}", path.display());
             }
@@ -44,13 +60,13 @@ pub(super) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("--config or --dev --data-dir is required"),
     };
-    let config = Config::load(&config_path)?;
-    let running = app::start(&config).await?;
-    println!("gatehouse listening on https://{}", running.server.addr);
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    running.shutdown().await;
-    Ok(())
+    let mut config = Config::load(&config_path)?;
+    // The configuration file of an existing dev directory names the address of its first
+    // run; --listen given now wins.
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    Ok(config)
 }
 
 async fn shutdown_signal() {
@@ -72,4 +88,35 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn dev(dir: &std::path::Path, listen: Option<&str>) -> ServeArgs {
+        ServeArgs {
+            config: None,
+            dev: true,
+            data_dir: Some(dir.to_owned()),
+            listen: listen.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn dev_honours_listen_on_every_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = load(dev(dir.path(), Some("127.0.0.1:18443"))).unwrap();
+        assert_eq!(first.listen, "127.0.0.1:18443");
+        // The directory exists now; a later --listen still wins over the file.
+        let second = load(dev(dir.path(), Some("127.0.0.1:28443"))).unwrap();
+        assert_eq!(second.listen, "127.0.0.1:28443");
+        // Without --listen, the file's (written by the first run).
+        let third = load(dev(dir.path(), None)).unwrap();
+        assert_eq!(third.listen, "127.0.0.1:18443");
+        // A fresh directory without --listen gets the default.
+        let other = tempfile::tempdir().unwrap();
+        assert_eq!(load(dev(other.path(), None)).unwrap().listen, DEV_LISTEN);
+    }
 }

@@ -77,6 +77,10 @@ pub enum JoinError {
     /// spent, and the round is recorded as refused `attestor-busy`; the machine may try again.
     #[error("attestor busy")]
     Busy,
+    /// The node was issued a certificate less than the per-node interval ago; recorded as
+    /// refused `rate-limited`, nothing spent. It may try again after this long.
+    #[error("rate limited")]
+    RateLimited(std::time::Duration),
 }
 
 /// JoinService's settings.
@@ -86,13 +90,28 @@ pub struct JoinSettings {
     pub cert_ttl_seconds: u32,
     /// The operator's `[attestors.<id>] reclaim` grants, by attestor id.
     pub reclaim_grants: std::collections::BTreeMap<String, bool>,
+    /// How long after a renewal the certificates it replaced stay live (ms): a connection
+    /// authenticated with one is not cut at once.
+    pub renewal_grace_ms: i64,
+    /// The least time between two certificates issued to one existing node (ms; 0: no
+    /// limit): a renewal, or a re-join of the node, sooner is refused `rate-limited` (429).
+    pub node_issue_interval_ms: i64,
 }
+
+/// The default of [`JoinSettings::renewal_grace_ms`]: 15 minutes, the longest a discovery
+/// assertion lives (`maxAgeMs`), so a boot a site rendered just before it renewed its key
+/// still verifies under the key that signed it.
+pub const DEFAULT_RENEWAL_GRACE_MS: i64 = 15 * 60 * 1000;
+/// The default of [`JoinSettings::node_issue_interval_ms`]: 30 seconds.
+pub const DEFAULT_NODE_ISSUE_INTERVAL_MS: i64 = 30 * 1000;
 
 impl Default for JoinSettings {
     fn default() -> Self {
         Self {
             cert_ttl_seconds: 24 * 3600,
             reclaim_grants: std::collections::BTreeMap::new(),
+            renewal_grace_ms: DEFAULT_RENEWAL_GRACE_MS,
+            node_issue_interval_ms: DEFAULT_NODE_ISSUE_INTERVAL_MS,
         }
     }
 }
@@ -107,6 +126,8 @@ pub struct JoinService {
     sink: Option<sink::RefusalSink>,
     /// Records of rounds the database could not take, until it can.
     backlog: Arc<backlog::Backlog>,
+    /// What `/metrics` shows about rounds.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl JoinService {
@@ -124,7 +145,46 @@ impl JoinService {
             settings,
             sink: None,
             backlog: Arc::default(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// This service's metrics (`GET /metrics`).
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.metrics
+    }
+
+    /// Refusals the audit sink dropped so far (0 without a sink).
+    pub fn sink_dropped(&self) -> u64 {
+        self.sink.as_ref().map_or(0, sink::RefusalSink::dropped)
+    }
+
+    /// The log line of a decided round, and its count in the metrics.
+    fn log(&self, round: &Round, decision: &Decision) {
+        record::log(round, decision);
+        let (op, attestor) = self.metric_labels(round);
+        self.metrics
+            .round(op, attestor, decision.result().as_str(), decision.reason());
+    }
+
+    /// The metrics' `op` and (bounded) `attestor` of a round: a client can name any valid id,
+    /// and only loaded attestors are counted by name.
+    fn metric_labels<'r>(&self, round: &'r Round) -> (crate::metrics::Op, &'r str) {
+        match round.op {
+            record::Op::Renew => (crate::metrics::Op::Renew, record::RENEW),
+            record::Op::Join if self.runtime.contains(&round.attestor) => {
+                (crate::metrics::Op::Join, round.attestor.as_str())
+            }
+            record::Op::Join => (crate::metrics::Op::Join, "unknown"),
+        }
+    }
+
+    /// Opens a write transaction, timing the wait for it.
+    async fn begin(&self) -> Result<Tx, StoreError> {
+        let started = std::time::Instant::now();
+        let tx = self.db.begin().await;
+        self.metrics.db_begin_wait(started.elapsed());
+        tx
     }
 
     /// Copies every refusal to `sink` too (after its audit row and event are written).
@@ -163,8 +223,12 @@ impl JoinService {
             return Err(self.refuse(&mut round, decision).await);
         }
 
+        let started = std::time::Instant::now();
         let outcome = self.decide(&mut round, request).await;
-        self.recorded(&mut round, outcome).await
+        let answer = self.recorded(&mut round, outcome).await;
+        let (op, attestor) = self.metric_labels(&round);
+        self.metrics.round_duration(op, attestor, started.elapsed());
+        answer
     }
 
     /// Every round leaves its record: one that ended [`JoinError::Unavailable`] (the database
@@ -271,6 +335,7 @@ impl JoinService {
                 .verify(&round.attestor, session, &wit_request)
                 .await;
             round.elapsed += call.elapsed;
+            self.metrics.attestor_call(&round.attestor, call.elapsed);
             let outcome = match call.result {
                 Ok(outcome) => outcome,
                 // The host's storage failed, not the machine: answered 503 retryable, never
@@ -370,7 +435,7 @@ impl JoinService {
             decided,
             request,
         } = locked;
-        let mut tx = self.db.begin().await.map_err(storage("begin"))?;
+        let mut tx = self.begin().await.map_err(storage("begin"))?;
         match staged.settle(&mut tx, &mut effects, apply).await {
             Ok(()) => {}
             Err(Settle::Conflict(what)) => {
@@ -410,6 +475,12 @@ impl JoinService {
             Stop::Storage(failure) => {
                 tracing::error!(attestor = %round.attestor, %failure, "join failed");
                 JoinError::Unavailable(failure.to_string())
+            }
+            Stop::RateLimited(wait) => {
+                let decision = Decision::host(Refusal::RateLimited)
+                    .detail(format!("next certificate in {} ms", wait.as_millis()));
+                self.refuse(round, decision).await;
+                JoinError::RateLimited(wait)
             }
         }
     }
@@ -477,7 +548,7 @@ impl JoinService {
             .await
             .map_err(storage("record"))?;
         tx.commit().await.map_err(storage("commit"))?;
-        record::log(round, &Decision::deferred());
+        self.log(round, &Decision::deferred());
         Ok(response)
     }
 
@@ -716,7 +787,7 @@ impl JoinService {
                     .flatten(),
             )
             .collect();
-        let response = self
+        let (response, _) = self
             .issue(
                 &mut tx,
                 &Issue {
@@ -737,18 +808,33 @@ impl JoinService {
             .await
             .map_err(storage("record"))?;
         tx.commit().await.map_err(storage("commit"))?;
-        record::log(round, &decision);
+        self.log(round, &decision);
         Ok(response)
     }
 
     /// Issues a certificate for the CSR's key, records its `node_certs` row in `tx`, and signs
-    /// the answer (which the caller returns only after committing `tx`).
+    /// the answer (which the caller returns only after committing `tx`); the answer and the
+    /// new certificate's serial. A node (its row locked by the caller) that was issued one
+    /// less than [`JoinSettings::node_issue_interval_ms`] ago gets none:
+    /// [`Stop::RateLimited`], before anything is written.
     async fn issue(
         &self,
         tx: &mut Tx,
         cert: &Issue<'_>,
         csr: &VerifiedCsr,
-    ) -> Result<JoinResponse, Stop> {
+    ) -> Result<(JoinResponse, String), Stop> {
+        if self.settings.node_issue_interval_ms > 0
+            && let Some(last) = tx
+                .newest_node_cert_at(cert.node_id)
+                .await
+                .map_err(storage("newest certificate"))?
+        {
+            let next = last.saturating_add(self.settings.node_issue_interval_ms);
+            if cert.now < next {
+                let wait = u64::try_from(next - cert.now).unwrap_or(0);
+                return Err(Stop::RateLimited(std::time::Duration::from_millis(wait)));
+            }
+        }
         let mut ttl = self.settings.cert_ttl_seconds;
         if cert.role == NodeRole::Ramdisk {
             ttl = ttl.min(RAMDISK_MAX_TTL_SECONDS);
@@ -756,8 +842,9 @@ impl JoinService {
         if let Some(shorter) = cert.shorter_ttl_seconds {
             ttl = ttl.min(shorter.max(60));
         }
-        // Back-date a minute for clock skew between the database and relying parties.
-        let not_before = cert.now - 60_000;
+        // Back-dated for clock skew between the database and relying parties; the lifetime
+        // still counts from `now` (agents know the back-dating and take it off).
+        let not_before = cert.now - gatehouse_proto::ISSUANCE_BACKDATE_MS;
         let not_after = cert.now + i64::from(ttl) * 1000;
         let issued = self
             .pki
@@ -790,16 +877,17 @@ impl JoinService {
             chain: vec![issued.der, self.pki.node_ca_der().to_vec()],
             deferral: None,
         };
-        self.pki.sign_response(&body).map_err(failed("sign"))
+        let response = self.pki.sign_response(&body).map_err(failed("sign"))?;
+        Ok((response, issued.serial_hex))
     }
 
     /// Records a refusal in a transaction of its own (the round's was rolled back), offers a
     /// copy to the sink (which never waits), and returns the one error every refusal becomes.
     /// A failure to record is logged, never turned into an admission.
     async fn refuse(&self, round: &mut Round, decision: Decision) -> JoinError {
-        record::log(round, &decision);
+        self.log(round, &decision);
         let mut at = None;
-        match self.db.begin().await {
+        match self.begin().await {
             Ok(mut tx) => {
                 let written = record::write(&mut tx, round, &decision).await;
                 if let Err(e) = match written {
@@ -928,6 +1016,9 @@ struct Locked<'a> {
 enum Stop {
     /// Refused, and recorded: the machine reads ACCESS_DENIED.
     Refused(JoinError),
+    /// The node was issued a certificate too recently: refused `rate-limited` once the
+    /// transaction is gone, answered 429 after this long.
+    RateLimited(std::time::Duration),
     /// What the attestor read changed before it could be locked: run the round again.
     Conflict(String),
     /// The host's storage (or signing) failed: nothing was spent or issued.

@@ -124,6 +124,16 @@ impl Decision {
         }
     }
 
+    /// How the round ended.
+    pub(super) fn result(&self) -> AuditResult {
+        self.result
+    }
+
+    /// The reason of a refusal.
+    pub(super) fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
     /// Adds a field to the event's payload.
     pub(super) fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
         self.extra.insert(key.to_owned(), value.into());

@@ -144,6 +144,11 @@ pub enum Refusal {
     /// Another reclaim of the same node committed first, or the node was retired meanwhile.
     #[error("reclaim-race")]
     ReclaimRace,
+    /// The node was issued a certificate less than the per-node interval ago
+    /// (`[limits] node_issue_interval_seconds`): nothing is spent, the machine is answered 429
+    /// with Retry-After and may try again then.
+    #[error("rate-limited")]
+    RateLimited,
 }
 
 impl Refusal {

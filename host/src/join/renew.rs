@@ -6,6 +6,12 @@
 //! of a node that is not retired. The new certificate keeps the node id, the role and the
 //! `urn:bc:` statements of that row, which is the leaf itself, never anything from the CSR:
 //! a CSR that asks for no SAN still gets the statements back and cannot remove them.
+//!
+//! Renewal cannot run away: a node is issued at most one certificate per
+//! [`super::JoinSettings::node_issue_interval_ms`] (a renewal sooner is refused `rate-limited`
+//! and answered 429 with Retry-After, spending nothing), and each renewal supersedes the
+//! node's other live certificates [`super::JoinSettings::renewal_grace_ms`] later, so a node
+//! renewing in a loop holds at most grace / interval + 1 live certificates.
 
 use gatehouse_proto::{JoinResponse, RenewRequest};
 
@@ -39,6 +45,10 @@ pub enum RenewRefusal {
     /// A reclaim moved the node to a later identity generation.
     #[error("old-generation")]
     OldGeneration,
+    /// A renewal replaced this certificate and the grace after it is over
+    /// (`[join] renewal_grace_seconds`).
+    #[error("superseded")]
+    Superseded,
     /// The certificate was revoked (on its own, by an operator).
     #[error("revoked")]
     Revoked,
@@ -91,6 +101,10 @@ pub fn check(cert: &NodeCertRow, node: Option<&NodeRow>, now: i64) -> Result<(),
     }
     match cert.revoked {
         Some(Revocation::IdentityRevoked) => return Err(RenewRefusal::IdentityRevoked),
+        // Superseded in its own generation: a renewal replaced it.
+        Some(Revocation::Superseded) if cert.generation == node.identity_generation => {
+            return Err(RenewRefusal::Superseded);
+        }
         Some(Revocation::Superseded) => return Err(RenewRefusal::OldGeneration),
         _ if cert.generation != node.identity_generation => {
             return Err(RenewRefusal::OldGeneration);
@@ -125,9 +139,13 @@ impl JoinService {
         request: RenewRequest,
         client: &record::ClientInfo,
     ) -> Result<JoinResponse, JoinError> {
+        let started = std::time::Instant::now();
         let mut round = Round::renewal(client.clone());
         let outcome = self.renew_round(&mut round, leaf, request).await;
-        self.recorded(&mut round, outcome).await
+        let answer = self.recorded(&mut round, outcome).await;
+        self.metrics()
+            .round_duration(crate::metrics::Op::Renew, record::RENEW, started.elapsed());
+        answer
     }
 
     /// The renewal itself; [`JoinService::recorded`] makes sure it leaves its record.
@@ -173,7 +191,7 @@ impl JoinService {
         request: &RenewRequest,
         csr: &VerifiedCsr,
     ) -> Result<JoinResponse, Stop> {
-        let mut tx = self.db.begin().await.map_err(storage("begin"))?;
+        let mut tx = self.begin().await.map_err(storage("begin"))?;
         let Some((cert, node, now)) = lookup(&mut tx, leaf).await? else {
             drop(tx);
             return Err(self
@@ -192,7 +210,7 @@ impl JoinService {
             return Err(self.refused(round, refused(refusal)).await);
         }
 
-        let response = self
+        let (response, serial) = self
             .issue(
                 &mut tx,
                 &Issue {
@@ -206,25 +224,34 @@ impl JoinService {
                 csr,
             )
             .await?;
+        // The certificate presented, and any other the node still holds, is replaced by the
+        // new one: superseded after the grace.
+        tx.supersede_node_certs(
+            &cert.node_id,
+            &serial,
+            now.saturating_add(self.settings.renewal_grace_ms),
+        )
+        .await
+        .map_err(storage("supersede"))?;
         let decision = Decision::admitted();
         record::write(&mut tx, round, &decision)
             .await
             .map_err(storage("record"))?;
         tx.commit().await.map_err(storage("commit"))?;
-        record::log(round, &decision);
+        self.log(round, &decision);
         Ok(response)
     }
 }
 
 /// The lifetime a renewal keeps: a ramdisk's certificate lasts no longer than the one it
 /// replaces, so the attestor's `certTtlSeconds` (say 15 minutes) holds for every renewal, not
-/// only the role's 2-hour cap. Issued certificates are back-dated a minute
-/// (`JoinService::issue`), which is taken off again. Other roles get the configured lifetime.
+/// only the role's 2-hour cap. Issued certificates are back-dated
+/// ([`gatehouse_proto::ISSUANCE_BACKDATE_MS`]), which is taken off again. Other roles get the configured lifetime.
 fn renewal_ttl_seconds(cert: &NodeCertRow) -> Option<u32> {
     if cert.role != NodeRole::Ramdisk {
         return None;
     }
-    let lived = (cert.not_after - cert.not_before) / 1000 - 60;
+    let lived = (cert.not_after - cert.not_before - gatehouse_proto::ISSUANCE_BACKDATE_MS) / 1000;
     Some(u32::try_from(lived.max(0)).unwrap_or(u32::MAX))
 }
 
@@ -248,6 +275,11 @@ async fn lookup(
         .lock_node(&first.node_id)
         .await
         .map_err(storage("node"))?;
+    // Certificates whose supersession grace is over are revoked now, so the row read below
+    // says so (the host's sweep does the same for every node, in the background).
+    tx.settle_superseded(Some(&first.node_id))
+        .await
+        .map_err(storage("settle superseded"))?;
     let Some(cert) = cert_row(tx, leaf).await? else {
         return Ok(None);
     };
@@ -342,6 +374,11 @@ mod tests {
         assert_eq!(
             check(&with(Some(Revocation::Superseded), 1), Some(&n), 150),
             Err(RenewRefusal::OldGeneration)
+        );
+        // Superseded in the node's current generation: a renewal replaced it.
+        assert_eq!(
+            check(&with(Some(Revocation::Superseded), 2), Some(&n), 150),
+            Err(RenewRefusal::Superseded)
         );
         assert_eq!(
             check(&with(None, 1), Some(&n), 150),

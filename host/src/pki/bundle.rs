@@ -242,14 +242,7 @@ impl Pki {
     /// the public parts.
     pub fn from_bundle(text: &str, secret: &[u8]) -> Result<Pki, PkiError> {
         check_secret(secret)?;
-        if text.len() > MAX_BUNDLE_LEN {
-            return Err(BundleError::TooLarge.into());
-        }
-        let file: BundleFile =
-            serde_json::from_str(text).map_err(|e| BundleError::Malformed(e.to_string()))?;
-        if file.format != FORMAT {
-            return Err(BundleError::UnsupportedFormat(file.format).into());
-        }
+        let file = parse_file(text)?;
         let key = derive_key(secret, &file.kdf)?;
         if file.sealed.len() < NONCE_LEN {
             return Err(BundleError::Malformed("the sealed part is too short".into()).into());
@@ -292,6 +285,64 @@ impl Pki {
         }
         Ok(pki)
     }
+}
+
+/// A bundle file of this format, not larger than any this code writes.
+fn parse_file(text: &str) -> Result<BundleFile, BundleError> {
+    if text.len() > MAX_BUNDLE_LEN {
+        return Err(BundleError::TooLarge);
+    }
+    let file: BundleFile =
+        serde_json::from_str(text).map_err(|e| BundleError::Malformed(e.to_string()))?;
+    if file.format != FORMAT {
+        return Err(BundleError::UnsupportedFormat(file.format));
+    }
+    Ok(file)
+}
+
+/// The join trust agents pin, from a bundle's public parts and the API's TLS CA (PEM), read
+/// without the secret (what `gatehouse pki trust` writes). The clear fields are checked to be
+/// of their form (a CA certificate, a P-256 SubjectPublicKeyInfo, 32 bytes of X25519 key, a
+/// valid trust domain); that they belong to the sealed keys is checked only by opening the
+/// bundle, which every host does at start.
+pub fn join_trust_from_bundle(
+    text: &str,
+    tls_ca_pem: &str,
+) -> Result<gatehouse_proto::JoinTrust, PkiError> {
+    let file = parse_file(text)?;
+    super::identity::validate_trust_domain(&file.trust_domain)?;
+    let node_ca_der = CertificateDer::from_pem_slice(file.node_ca_pem.as_bytes())
+        .map_err(|_| BundleError::Malformed("nodeCaPem is not one PEM certificate".into()))?;
+    match x509_parser::parse_x509_certificate(&node_ca_der) {
+        Ok((rest, cert)) if rest.is_empty() && cert.is_ca() => {}
+        _ => return Err(BundleError::Malformed("nodeCaPem is not a CA certificate".into()).into()),
+    }
+    use x509_parser::prelude::FromDer as _;
+    match x509_parser::x509::SubjectPublicKeyInfo::from_der(&file.join_signing_key) {
+        Ok((rest, spki)) if rest.is_empty() && spki.subject_public_key.data.len() == 65 => {}
+        _ => {
+            return Err(BundleError::Malformed(
+                "joinSigningKey is not a P-256 SubjectPublicKeyInfo".into(),
+            )
+            .into());
+        }
+    }
+    if file.join_encryption_key.len() != 32 {
+        return Err(BundleError::Malformed("joinEncryptionKey is not 32 bytes".into()).into());
+    }
+    let tls_ca = CertificateDer::pem_slice_iter(tls_ca_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| BundleError::Malformed("the TLS CA is not PEM certificates".into()))?;
+    if tls_ca.is_empty() {
+        return Err(BundleError::Malformed("the TLS CA file holds no certificate".into()).into());
+    }
+    Ok(gatehouse_proto::JoinTrust {
+        trust_domain: file.trust_domain.clone(),
+        node_ca_pem: file.node_ca_pem.clone(),
+        tls_ca_pem: tls_ca_pem.to_owned(),
+        join_signing_key: file.join_signing_key.clone(),
+        join_encryption_key: file.join_encryption_key.clone(),
+    })
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ mod dev_tls;
 pub mod identity;
 mod issue;
 pub mod native;
+mod publish;
 mod response;
 mod state;
 pub mod verify;
@@ -31,11 +32,13 @@ use rcgen::{
 };
 use zeroize::Zeroizing;
 
-pub use bundle::{BundleError, MIN_SECRET_LEN};
+pub use bundle::{BundleError, MIN_SECRET_LEN, join_trust_from_bundle};
 pub use csr::{CsrError, MAX_CSR_LEN, VerifiedCsr, verify_csr};
 pub use dev_tls::{DevTls, dev_tls};
 pub use identity::{IdentityError, spiffe_node_id};
 pub use issue::{IssueError, IssueRequest, IssuedCert, MAX_URIS, STATEMENT_PREFIX};
+pub use publish::{CrlEntry, SpiffeBundle, SpiffeJwk, pem_block};
+pub use rcgen::RevocationReason;
 pub use state::{MAX_BINDING_LEN, MAX_STATE_LEN, MAX_STATE_TTL_MS, StateError};
 
 /// How long a generated node CA is valid.

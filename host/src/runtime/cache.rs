@@ -98,6 +98,7 @@ impl ComponentCache {
         engine: &Engine,
         wasm: &[u8],
         source_sha256: &[u8; 32],
+        origin: &str,
     ) -> wasmtime::Result<Component> {
         let stem = format!("{}-{}", hex::encode(source_sha256), self.engine_key);
         let compiled_path = self.dir.join(format!("{stem}.cwasm"));
@@ -105,7 +106,22 @@ impl ComponentCache {
         if let Some(component) = self.load(engine, &compiled_path, &sum_path) {
             return Ok(component);
         }
+        // On a first start (or a new binary) every attestor is compiled: seconds each on a
+        // small machine, which an operator watching the log should not mistake for a hang.
+        tracing::info!(
+            component = origin,
+            sha256 = %hex::encode(source_sha256),
+            bytes = wasm.len(),
+            cache = %self.dir.display(),
+            "compiling an attestor component (not in the cache yet; later starts load it)"
+        );
+        let started = std::time::Instant::now();
         let component = Component::new(engine, wasm)?;
+        tracing::info!(
+            component = origin,
+            ms = started.elapsed().as_millis() as u64,
+            "compiled"
+        );
         match component.serialize() {
             Ok(bytes) => {
                 let sum = hex::encode(Sha256::digest(&bytes));

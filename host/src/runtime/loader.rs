@@ -269,7 +269,7 @@ async fn load_one<B: TxBackend>(
     };
     let component = match cache {
         Some(cache) => cache
-            .load_or_compile(engine, wasm, &sha256)
+            .load_or_compile(engine, wasm, &sha256, origin)
             .map_err(compile)?,
         None => Component::new(engine, wasm).map_err(compile)?,
     };

@@ -51,6 +51,11 @@ static SQLITE: &[Embedded] = &[
         description: "discovery_workflows",
         sql: include_str!("../../migrations/sqlite/0005_discovery_workflows.sql"),
     },
+    Embedded {
+        version: 6,
+        description: "certificate_lifecycle",
+        sql: include_str!("../../migrations/sqlite/0006_certificate_lifecycle.sql"),
+    },
 ];
 
 /// The Postgres migrations, in order.
@@ -79,6 +84,11 @@ static POSTGRES: &[Embedded] = &[
         version: 5,
         description: "discovery_workflows",
         sql: include_str!("../../migrations/postgres/0005_discovery_workflows.sql"),
+    },
+    Embedded {
+        version: 6,
+        description: "certificate_lifecycle",
+        sql: include_str!("../../migrations/postgres/0006_certificate_lifecycle.sql"),
     },
 ];
 

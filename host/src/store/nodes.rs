@@ -199,13 +199,22 @@ impl Tx {
         node_id: &str,
         generation: u32,
     ) -> Result<u64, StoreError> {
-        let q = sqlx::query(
-            "UPDATE node_certs SET revoked = 1, revoked_reason = $3 \
-             WHERE node_id = $1 AND generation < $2 AND revoked = 0",
-        )
-        .bind(node_id)
-        .bind(i64::from(generation))
-        .bind(Revocation::Superseded.as_str());
+        let sql = self.pick(
+            concat!(
+                "UPDATE node_certs SET revoked = 1, revoked_reason = $3, revoked_at = ",
+                sqlite_now!(),
+                " WHERE node_id = $1 AND generation < $2 AND revoked = 0"
+            ),
+            concat!(
+                "UPDATE node_certs SET revoked = 1, revoked_reason = $3, revoked_at = ",
+                postgres_now!(),
+                " WHERE node_id = $1 AND generation < $2 AND revoked = 0"
+            ),
+        );
+        let q = sqlx::query(sql)
+            .bind(node_id)
+            .bind(i64::from(generation))
+            .bind(Revocation::Superseded.as_str());
         self.execute(q).await
     }
 
@@ -215,12 +224,19 @@ impl Tx {
         node_id: &str,
         why: Revocation,
     ) -> Result<u64, StoreError> {
-        let q = sqlx::query(
-            "UPDATE node_certs SET revoked = 1, revoked_reason = $2 \
-             WHERE node_id = $1 AND revoked = 0",
-        )
-        .bind(node_id)
-        .bind(why.as_str());
+        let sql = self.pick(
+            concat!(
+                "UPDATE node_certs SET revoked = 1, revoked_reason = $2, revoked_at = ",
+                sqlite_now!(),
+                " WHERE node_id = $1 AND revoked = 0"
+            ),
+            concat!(
+                "UPDATE node_certs SET revoked = 1, revoked_reason = $2, revoked_at = ",
+                postgres_now!(),
+                " WHERE node_id = $1 AND revoked = 0"
+            ),
+        );
+        let q = sqlx::query(sql).bind(node_id).bind(why.as_str());
         self.execute(q).await
     }
 
@@ -231,14 +247,139 @@ impl Tx {
         node_id: &str,
         serial: &str,
     ) -> Result<bool, StoreError> {
+        let sql = self.pick(
+            concat!(
+                "UPDATE node_certs SET revoked = 1, revoked_reason = $3, revoked_at = ",
+                sqlite_now!(),
+                " WHERE node_id = $1 AND serial = $2 AND revoked = 0"
+            ),
+            concat!(
+                "UPDATE node_certs SET revoked = 1, revoked_reason = $3, revoked_at = ",
+                postgres_now!(),
+                " WHERE node_id = $1 AND serial = $2 AND revoked = 0"
+            ),
+        );
+        let q = sqlx::query(sql)
+            .bind(node_id)
+            .bind(serial)
+            .bind(Revocation::Operator.as_str());
+        Ok(self.execute(q).await? > 0)
+    }
+
+    /// A renewal issued `keep` to `node_id`: every other live certificate of the node is
+    /// superseded at `at` (database time plus the grace), unless an earlier supersession is
+    /// already recorded for it (a grace never grows). Until `at` they stay live, so a
+    /// connection authenticated with one is not cut at once; from `at` on they count as
+    /// revoked `superseded` ([`Tx::settle_superseded`], the CRL). How many it marked.
+    pub async fn supersede_node_certs(
+        &mut self,
+        node_id: &str,
+        keep: &str,
+        at: i64,
+    ) -> Result<u64, StoreError> {
         let q = sqlx::query(
-            "UPDATE node_certs SET revoked = 1, revoked_reason = $3 \
-             WHERE node_id = $1 AND serial = $2 AND revoked = 0",
+            "UPDATE node_certs SET superseded_at = $3 \
+             WHERE node_id = $1 AND serial <> $2 AND revoked = 0 AND superseded_at IS NULL",
         )
         .bind(node_id)
-        .bind(serial)
-        .bind(Revocation::Operator.as_str());
-        Ok(self.execute(q).await? > 0)
+        .bind(keep)
+        .bind(at);
+        self.execute(q).await
+    }
+
+    /// Turns the certificates whose supersession time has come (of `node_id`, or of every
+    /// node) into revoked `superseded` rows, revoked at that time; how many. Idempotent, so
+    /// every replica may run it.
+    pub async fn settle_superseded(&mut self, node_id: Option<&str>) -> Result<u64, StoreError> {
+        let sql = match node_id {
+            Some(_) => self.pick(
+                concat!(
+                    "UPDATE node_certs SET revoked = 1, revoked_reason = $1, \
+                     revoked_at = superseded_at WHERE node_id = $2 AND revoked = 0 \
+                     AND superseded_at <= ",
+                    sqlite_now!()
+                ),
+                concat!(
+                    "UPDATE node_certs SET revoked = 1, revoked_reason = $1, \
+                     revoked_at = superseded_at WHERE node_id = $2 AND revoked = 0 \
+                     AND superseded_at <= ",
+                    postgres_now!()
+                ),
+            ),
+            None => self.pick(
+                concat!(
+                    "UPDATE node_certs SET revoked = 1, revoked_reason = $1, \
+                     revoked_at = superseded_at WHERE revoked = 0 AND superseded_at <= ",
+                    sqlite_now!()
+                ),
+                concat!(
+                    "UPDATE node_certs SET revoked = 1, revoked_reason = $1, \
+                     revoked_at = superseded_at WHERE revoked = 0 AND superseded_at <= ",
+                    postgres_now!()
+                ),
+            ),
+        };
+        let mut q = sqlx::query(sql).bind(Revocation::Superseded.as_str());
+        if let Some(id) = node_id {
+            q = q.bind(id);
+        }
+        self.execute(q).await
+    }
+
+    /// When the newest certificate of a node was issued (database time), if it has any: the
+    /// per-node renewal interval counts from it.
+    pub async fn newest_node_cert_at(&mut self, node_id: &str) -> Result<Option<i64>, StoreError> {
+        let q = sqlx::query("SELECT MAX(created_at) AS at FROM node_certs WHERE node_id = $1")
+            .bind(node_id);
+        let row = self.fetch_one(q).await?;
+        Fields::new(&row, "node_certs").opt_i64("at")
+    }
+
+    /// How many certificates of a node are live at `now`: neither revoked nor superseded by
+    /// then, and not expired.
+    pub async fn count_live_node_certs(
+        &mut self,
+        node_id: &str,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        let q = sqlx::query(
+            "SELECT COUNT(*) AS n FROM node_certs WHERE node_id = $1 AND revoked = 0 \
+             AND (superseded_at IS NULL OR superseded_at > $2) AND not_after > $2",
+        )
+        .bind(node_id)
+        .bind(now);
+        let row = self.fetch_one(q).await?;
+        Fields::new(&row, "node_certs").u64("n")
+    }
+
+    /// Every certificate revoked (or superseded) by `now` that has not expired yet, for the
+    /// CRL: `(serial, revoked at, why)`, by serial. An expired certificate is left out, as RFC
+    /// 5280 allows: no relying party accepts it anyway.
+    pub async fn revoked_node_certs(
+        &mut self,
+        now: i64,
+    ) -> Result<Vec<(String, i64, Revocation)>, StoreError> {
+        let q = sqlx::query(
+            "SELECT serial, COALESCE(revoked_at, created_at) AS at, revoked_reason AS why \
+             FROM node_certs WHERE revoked = 1 AND not_after > $1 \
+             UNION ALL \
+             SELECT serial, superseded_at AS at, 'superseded' AS why FROM node_certs \
+             WHERE revoked = 0 AND superseded_at <= $1 AND not_after > $1 \
+             ORDER BY serial",
+        )
+        .bind(now);
+        let rows = self.fetch_all(q).await?;
+        rows.iter()
+            .map(|r| {
+                let f = Fields::new(r, "node_certs");
+                let why: Option<Revocation> = f.opt_parse("why")?;
+                Ok((
+                    f.text("serial")?,
+                    f.i64("at")?,
+                    why.unwrap_or(Revocation::Operator),
+                ))
+            })
+            .collect()
     }
 
     /// A node's certificates, newest first.

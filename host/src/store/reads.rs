@@ -70,6 +70,28 @@ impl Tx {
         self.execute(q).await.map(drop)
     }
 
+    /// Creates a tenant unless one of that id exists; whether it did.
+    pub async fn create_tenant(&mut self, id: &str) -> Result<bool, StoreError> {
+        let q = sqlx::query("INSERT INTO tenants (id) VALUES ($1) ON CONFLICT (id) DO NOTHING")
+            .bind(id);
+        Ok(self.execute(q).await? == 1)
+    }
+
+    /// At most `limit` tenant ids after `after` (`""`: from the start), in id order.
+    pub async fn list_tenants(
+        &mut self,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let q = sqlx::query("SELECT id FROM tenants WHERE id > $1 ORDER BY id LIMIT $2")
+            .bind(after)
+            .bind(i64::from(limit));
+        let rows = self.fetch_all(q).await?;
+        rows.iter()
+            .map(|r| Fields::new(r, "tenants").text("id"))
+            .collect()
+    }
+
     /// Whether a tenant exists.
     pub async fn tenant_exists(&mut self, id: &str) -> Result<bool, StoreError> {
         let q = sqlx::query("SELECT id FROM tenants WHERE id = $1").bind(id);

@@ -133,8 +133,8 @@ impl Tx {
         }
     }
 
-    /// A node's certificates that are neither revoked nor expired at `now`, newest first
-    /// (at most 64: a node renews a few times a day).
+    /// A node's certificates that are neither revoked, superseded by a renewal nor expired at
+    /// `now`, newest first (at most 64: a node renews a few times a day).
     pub async fn live_node_certs(
         &mut self,
         node_id: &str,
@@ -143,6 +143,7 @@ impl Tx {
         let sql = "SELECT serial, node_id, der, generation, role, not_before, not_after, \
                    revoked_reason, statements, created_at FROM node_certs \
                    WHERE node_id = $1 AND revoked = 0 AND not_after > $2 \
+                   AND (superseded_at IS NULL OR superseded_at > $2) \
                    ORDER BY created_at DESC, serial LIMIT 64";
         let rows = self
             .fetch_all(sqlx::query(sql).bind(node_id).bind(now))

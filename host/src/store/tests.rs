@@ -91,7 +91,7 @@ async fn migrations_apply_twice_idempotently() {
             .fetch_one(t.db.pool())
             .await
             .unwrap();
-        assert_eq!(applied.get::<i64, _>("n"), 5, "{:?}", t.db.backend());
+        assert_eq!(applied.get::<i64, _>("n"), 6, "{:?}", t.db.backend());
         let roots = sqlx::query("SELECT COUNT(*) AS n FROM tenants WHERE id = 'root'")
             .fetch_one(t.db.pool())
             .await
@@ -1419,4 +1419,98 @@ async fn sqlite_a_lost_commit_batch_fails_its_waiting_members() {
     tx.commit().await.unwrap();
     let mut tx = t.db.read().await.unwrap();
     assert!(tx.tenant_exists("after").await.unwrap());
+
+#[tokio::test]
+async fn superseded_certificates_count_as_revoked_after_their_grace() {
+    for t in testing::all().await {
+        let b = t.db.backend();
+        let mut tx = t.db.begin().await.unwrap();
+        let now = tx.now().await.unwrap();
+        tx.insert_node(&new_node("node_1")).await.unwrap();
+        let live = |serial: &str, created_at: i64| NewNodeCert {
+            not_before: now - 60_000,
+            not_after: now + 3_600_000,
+            ..cert_of("node_1", serial, 1, created_at)
+        };
+        for (serial, at) in [("c1", now - 2_000), ("c2", now - 1_000), ("c3", now)] {
+            tx.insert_node_cert(&live(serial, at)).await.unwrap();
+        }
+        assert_eq!(tx.newest_node_cert_at("node_1").await.unwrap(), Some(now));
+        assert_eq!(tx.newest_node_cert_at("node_9").await.unwrap(), None);
+        assert_eq!(tx.count_live_node_certs("node_1", now).await.unwrap(), 3);
+
+        // c3 replaces the others, their grace already over; a later supersession never moves
+        // an earlier one.
+        assert_eq!(
+            tx.supersede_node_certs("node_1", "c3", now - 1)
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            tx.supersede_node_certs("node_1", "c3", now + 100_000)
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(tx.count_live_node_certs("node_1", now).await.unwrap(), 1);
+        let superseded = vec![
+            ("c1".to_owned(), now - 1, Revocation::Superseded),
+            ("c2".to_owned(), now - 1, Revocation::Superseded),
+        ];
+        // The CRL lists them before the sweep and after it alike.
+        assert_eq!(
+            tx.revoked_node_certs(now).await.unwrap(),
+            superseded,
+            "{b:?}"
+        );
+        assert_eq!(tx.settle_superseded(Some("node_1")).await.unwrap(), 2);
+        assert_eq!(tx.settle_superseded(None).await.unwrap(), 0, "once");
+        assert_eq!(
+            revocations(&mut tx, "node_1").await,
+            [
+                ("c3".to_owned(), None),
+                ("c2".to_owned(), Some(Revocation::Superseded)),
+                ("c1".to_owned(), Some(Revocation::Superseded)),
+            ]
+        );
+        assert_eq!(tx.revoked_node_certs(now).await.unwrap(), superseded);
+
+        // A grace still running keeps the certificate live until it ends, and the sweep leaves
+        // it alone.
+        tx.insert_node_cert(&live("c4", now + 1)).await.unwrap();
+        assert_eq!(
+            tx.supersede_node_certs("node_1", "c4", now + 60_000)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(tx.count_live_node_certs("node_1", now).await.unwrap(), 2);
+        assert_eq!(
+            tx.count_live_node_certs("node_1", now + 60_000)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(tx.settle_superseded(None).await.unwrap(), 0);
+        assert_eq!(tx.revoked_node_certs(now).await.unwrap(), superseded);
+
+        // An operator's revocation records when it happened (database time).
+        assert!(tx.revoke_node_cert("node_1", "c4").await.unwrap());
+        let listed = tx.revoked_node_certs(now).await.unwrap();
+        let (_, at, why) = listed.iter().find(|(s, _, _)| s == "c4").unwrap();
+        assert_eq!(*why, Revocation::Operator);
+        assert!(
+            (at - now).abs() < 60_000,
+            "{b:?}: revoked at {at}, now {now}"
+        );
+        // Expired certificates are left out of the CRL.
+        assert!(
+            tx.revoked_node_certs(now + 3_600_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        tx.commit().await.unwrap();
+    }
 }

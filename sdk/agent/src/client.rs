@@ -39,10 +39,18 @@ pub enum JoinError {
         /// Its message.
         message: String,
     },
-    /// The host could not be reached, TLS failed (e.g. a server certificate not from the
-    /// pinned CA), or the exchange broke off.
+    /// The host could not be reached, TLS failed other than on its certificate, or the
+    /// exchange broke off.
     #[error("cannot reach the host: {0}")]
     Transport(#[source] reqwest::Error),
+    /// The host was reached, but its TLS certificate does not chain to the TLS CA the trust
+    /// file pins (`--ca`): another host, or a trust file of another installation or from
+    /// before the host's certificate changed. Retrying does not help; the trust file must be
+    /// the host's (`gatehouse pki trust`, or compare with `GET /v1/trust`).
+    #[error(
+        "TLS trust failure: the host's certificate is not trusted by the pinned TLS CA (--ca): {0}"
+    )]
+    Untrusted(#[source] reqwest::Error),
     /// The response body was larger than any honest answer.
     #[error("the host's response is larger than {MAX_BODY} bytes")]
     TooLarge,
@@ -196,7 +204,7 @@ pub(crate) async fn post(
         .json(body)
         .send()
         .await
-        .map_err(JoinError::Transport)?;
+        .map_err(transport_error)?;
     let status = resp.status();
     let body = read_capped(resp).await?;
     if status == reqwest::StatusCode::OK {
@@ -218,9 +226,61 @@ pub(crate) async fn post(
     })
 }
 
+/// A failed exchange as a [`JoinError`]: [`JoinError::Untrusted`] when the server's
+/// certificate did not verify against the pinned CA, [`JoinError::Transport`] otherwise.
+pub(crate) fn transport_error(e: reqwest::Error) -> JoinError {
+    if is_tls_trust_error(&e) {
+        JoinError::Untrusted(e)
+    } else {
+        JoinError::Transport(e)
+    }
+}
+
+/// Whether `e` failed because the server's certificate did not verify against the pinned CA
+/// (rustls' `InvalidCertificate`, or no certificate presented), anywhere in its causes.
+pub fn is_tls_trust_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return matches!(
+                tls,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            );
+        }
+        // io::Error's source() skips the error it wraps; look inside it.
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
+            && is_tls_trust_error(inner)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// An error and its causes as one line, each cause once: a cause whose text the line already
+/// holds (an error that prints its source in its own message, as most here do) is not
+/// repeated. What both binaries print when a command fails.
+pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = String::new();
+    let mut cur = Some(error);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        cur = err.source();
+    }
+    line
+}
+
 async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, JoinError> {
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(JoinError::Transport)? {
+    while let Some(chunk) = resp.chunk().await.map_err(transport_error)? {
         if body.len() + chunk.len() > MAX_BODY {
             return Err(JoinError::TooLarge);
         }

@@ -27,6 +27,41 @@ pub fn can_open_device(device: &Path) -> bool {
         .is_ok()
 }
 
+/// The revocation check of `serial` against the host's CRL `crl` (fetched, or why not), at
+/// `now_ms`: fails for a certificate the CRL lists, and for a CRL that cannot be believed
+/// (unsigned, stale) or fetched, since "not revoked" cannot be said then.
+pub fn revocation_check(
+    serial: &str,
+    crl: Result<Vec<u8>, crate::client::JoinError>,
+    trust: &gatehouse_proto::JoinTrust,
+    now_ms: i64,
+) -> Check {
+    let fail = |detail: String| Check {
+        name: "revocation",
+        ok: false,
+        warn: false,
+        detail,
+    };
+    let der = match crl {
+        Ok(der) => der,
+        Err(e) => return fail(format!("the host's CRL could not be fetched: {e}")),
+    };
+    match crate::revocation::check_crl(&der, trust, serial, now_ms) {
+        Ok(None) => Check {
+            name: "revocation",
+            ok: true,
+            warn: false,
+            detail: format!("serial {serial} is not in the host's CRL"),
+        },
+        Ok(Some(revoked)) => fail(format!(
+            "serial {serial} is REVOKED ({}) since {} s after the epoch: it no longer renews;              a superseded certificate was replaced by a renewal (is node.crt the newest?)",
+            revoked.reason.as_deref().unwrap_or("no reason given"),
+            revoked.revoked_at_s
+        )),
+        Err(e) => fail(e.to_string()),
+    }
+}
+
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
@@ -141,6 +176,34 @@ pub fn doctor(dir: &Path, tpm: Option<&HostTpm>) -> Vec<Check> {
             "node {} ({}); the node key loads and is the one node.crt certifies",
             loaded.identity.node_id, loaded.identity.spiffe_id
         ),
+    });
+    let now = crate::x509pop::now_ms();
+    checks.push(if now >= loaded.cert.not_after_ms {
+        Check {
+            name: "certificate",
+            ok: false,
+            warn: false,
+            detail: format!(
+                "serial {} expired {} ago: `gatehouse-agent run` re-joins with x509pop within                  the host's grace",
+                loaded.cert.serial,
+                humantime::format_duration(std::time::Duration::from_secs(
+                    u64::try_from((now - loaded.cert.not_after_ms) / 1000).unwrap_or(0)
+                ))
+            ),
+        }
+    } else {
+        Check {
+            name: "certificate",
+            ok: true,
+            warn: false,
+            detail: format!(
+                "serial {} valid for {} more",
+                loaded.cert.serial,
+                humantime::format_duration(std::time::Duration::from_secs(
+                    u64::try_from((loaded.cert.not_after_ms - now) / 1000).unwrap_or(0)
+                ))
+            ),
+        }
     });
     let leaf = loaded.chain.first().map_or(&[][..], |c| c);
     if let Some(name) = crate::cert::ak_name(leaf) {

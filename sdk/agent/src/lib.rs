@@ -27,6 +27,7 @@ mod producer;
 mod ramdisk;
 mod renew;
 mod reset;
+mod revocation;
 mod site;
 mod status;
 #[cfg(test)]
@@ -39,10 +40,11 @@ mod x509pop;
 
 pub use cert::{CertError, NodeCert, ak_name};
 pub use client::{
-    JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, join,
+    JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, error_line,
+    is_tls_trust_error, join,
 };
 pub use cloud_iid::{CloudIidProducer, DocumentError};
-pub use doctor::{Check, TPM_DEVICE, can_open_device, doctor, host_has_tpm};
+pub use doctor::{Check, TPM_DEVICE, can_open_device, doctor, host_has_tpm, revocation_check};
 pub use identity::{
     CERT_FILE, IDENTITY_FILE, Identity, IdentityError, KEY_FILE, LoadedIdentity, NEXT_KEY_FILE,
     TPM_CLEARED_HINT, commit_next, ensure_no_identity, load_identity, load_identity_with,
@@ -62,6 +64,7 @@ pub use ramdisk::{
 };
 pub use renew::{Attester, RenewClient, RenewError};
 pub use reset::{IDENTITY_FILES, ResetMove, apply_reset, plan_reset, utc_stamp};
+pub use revocation::{CrlError, MAX_CRL_LEN, Revoked, check_crl, fetch_crl};
 pub use site::{BootEntry, SiteClient, SiteError, SiteLoop, boot_lease_name, cmdline_file_name};
 pub use status::{KeyPlace, Status, status};
 pub use tpm_build::{DEFAULT_SOCKET, DEFAULT_TCTI, HostTpm, NoTpmSupport, TPM, TPM_SUPPORT};

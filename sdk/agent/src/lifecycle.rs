@@ -6,7 +6,9 @@
 //! how each attempt ended. [`Lifecycle::run`] wraps it with the files and the network:
 //!
 //! 1. load the identity from its directory ([`load_identity`]);
-//! 2. while more than [`RenewPolicy::renew_when_left`] of the lifetime is left, sleep;
+//! 2. while more than [`RenewPolicy::renew_when_left`] of the lifetime is left, sleep (the
+//!    lifetime counts from the issuance, not from the back-dated notBefore, and no renewal
+//!    comes sooner than [`RenewPolicy::min_interval`] after it);
 //! 3. renew: a new key staged as node.key.next, `POST /v1/renew` authenticated by the current
 //!    certificate, the answer verified, then the new certificate and key installed
 //!    ([`commit_next`]);
@@ -66,11 +68,20 @@ pub struct RenewPolicy {
     /// How long after its expiry a certificate may still re-join with x509pop (the host's
     /// grace, 7 days by default); past it the loop stops.
     pub rejoin_grace: Duration,
+    /// The least time from a certificate's issuance to its renewal, whatever the fraction
+    /// says (unless the certificate would expire first): a host issuing very short
+    /// certificates, or a clock gone wrong, cannot make the agent renew in a loop.
+    pub min_interval: Duration,
 }
 
+/// The least time left before the expiry at which [`RenewPolicy::min_interval`] still
+/// postpones a renewal: a certificate shorter than the interval renews this long before it
+/// expires, not after.
+const MIN_INTERVAL_LEAD_MS: i64 = 5_000;
+
 impl Default for RenewPolicy {
-    /// Renew with a third of the lifetime left; back off from 30 s to 10 min with equal
-    /// jitter; re-join up to 7 days after the expiry.
+    /// Renew with a third of the lifetime left, but not within a minute of the issuance;
+    /// back off from 30 s to 10 min with equal jitter; re-join up to 7 days after the expiry.
     fn default() -> Self {
         Self {
             renew_when_left: 1.0 / 3.0,
@@ -78,6 +89,7 @@ impl Default for RenewPolicy {
             backoff_max: Duration::from_secs(600),
             jitter: 0.5,
             rejoin_grace: Duration::from_secs(7 * 86_400),
+            min_interval: Duration::from_secs(60),
         }
     }
 }
@@ -142,12 +154,35 @@ pub struct Validity {
 }
 
 impl Validity {
-    /// When less than `left` of the lifetime remains.
+    /// When the certificate was issued: its notBefore plus the host's back-dating
+    /// ([`gatehouse_proto::ISSUANCE_BACKDATE_MS`]), never after its notAfter.
+    pub fn issued_at_ms(&self) -> i64 {
+        self.not_before_ms
+            .saturating_add(gatehouse_proto::ISSUANCE_BACKDATE_MS)
+            .min(self.not_after_ms)
+    }
+
+    /// When less than `left` of the lifetime remains, the lifetime counted from the issuance:
+    /// the back-dated minute is not lifetime, or a short certificate would look a third spent
+    /// the moment it arrives and renew again at once.
     pub fn renew_at_ms(&self, left: f64) -> i64 {
-        let lifetime = self.not_after_ms.saturating_sub(self.not_before_ms).max(0);
+        let lifetime = self.not_after_ms.saturating_sub(self.issued_at_ms()).max(0);
         // The product is at most the lifetime, so it fits an i64.
         let margin = (lifetime as f64 * left) as i64;
         self.not_after_ms.saturating_sub(margin)
+    }
+
+    /// When to renew under `policy`: at [`Validity::renew_at_ms`], but not before
+    /// [`RenewPolicy::min_interval`] after the issuance unless that would leave less than a
+    /// few seconds before the expiry.
+    pub fn renew_due_ms(&self, policy: &RenewPolicy) -> i64 {
+        let by_fraction = self.renew_at_ms(policy.renew_when_left);
+        let min = i64::try_from(policy.min_interval.as_millis()).unwrap_or(i64::MAX);
+        let earliest = self
+            .issued_at_ms()
+            .saturating_add(min)
+            .min(self.not_after_ms.saturating_sub(MIN_INTERVAL_LEAD_MS));
+        by_fraction.max(earliest)
     }
 }
 
@@ -229,7 +264,7 @@ impl Schedule {
             (Some((failed, at)), Action::Rejoin) if failed == action => at,
             // The certificate expired while a renewal was backing off: re-join now.
             (Some(_), _) => now_ms,
-            (None, Action::Renew) => validity.renew_at_ms(self.policy.renew_when_left),
+            (None, Action::Renew) => validity.renew_due_ms(&self.policy),
             (None, Action::Rejoin) => now_ms,
         };
         if now_ms >= due {

@@ -26,8 +26,21 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (without TPM support)
 #[derive(Debug, Parser)]
 #[command(name = "gatehouse-agent", version = VERSION, about)]
 struct Cli {
+    /// How the log (stderr) is written: `text` (coloured only on a terminal) or `json`, one
+    /// object a line.
+    #[arg(long, global = true, value_enum, env = "GATEHOUSE_AGENT_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Lines for people; ANSI colours only when stderr is a terminal.
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,6 +194,13 @@ struct DoctorArgs {
     /// agent does; the check then fails when this user can open the TPM device itself.
     #[arg(long, value_name = "SOCKET")]
     helper: Option<PathBuf>,
+    /// The host's URL: also check the certificate against the host's CRL (signed by the
+    /// pinned node CA), so a revoked or superseded certificate fails.
+    #[arg(long, requires = "ca")]
+    server: Option<String>,
+    /// The join trust file, with --server.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    ca: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -274,6 +294,11 @@ struct RunArgs {
     /// grace); past it the loop stops with the recovery command.
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
     rejoin_grace: Duration,
+    /// Never renew sooner than this after the certificate was issued (unless it would expire
+    /// first), whatever --renew-when-left says: a host issuing very short certificates cannot
+    /// make the agent renew in a loop.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    min_interval: Duration,
 }
 
 /// A jitter fraction in [0, 1).
@@ -484,35 +509,12 @@ impl Failure {
     }
 }
 
-/// Whether `e` (a transport error) failed because the server's certificate did not verify
-/// against the pinned CA.
-fn is_tls_trust_error(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
-            return matches!(
-                tls,
-                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
-            );
-        }
-        // io::Error's source() skips the error it wraps; look inside it.
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && let Some(inner) = io.get_ref()
-            && is_tls_trust_error(inner)
-        {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
 /// The failure (and exit code) of a failed join or renewal exchange.
 fn join_failure(e: gatehouse_agent::JoinError) -> Failure {
     use gatehouse_agent::JoinError;
     match &e {
         JoinError::Denied => Failure::Refused(e.into()),
-        JoinError::Transport(t) if is_tls_trust_error(t) => Failure::Trust(e.into()),
+        JoinError::Untrusted(_) => Failure::Trust(e.into()),
         JoinError::Transport(_) => Failure::Unreachable(e.into()),
         JoinError::Host { status, .. } if *status >= 500 => Failure::Unreachable(e.into()),
         JoinError::Response(_) => Failure::Trust(e.into()),
@@ -948,10 +950,14 @@ async fn run_helper(args: HelperArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `at` in ms since the Unix epoch (0 before it).
+fn unix_ms(at: SystemTime) -> i64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 fn run_status(args: StatusArgs) -> Result<(), Failure> {
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now = unix_ms(SystemTime::now());
     let status = gatehouse_agent::status(&args.dir, now).map_err(|e| Failure::Join(e.into()))?;
     if args.json {
         let text = serde_json::to_string(&status).map_err(|e| Failure::Join(e.into()))?;
@@ -1055,7 +1061,7 @@ fn identity_tpm(dir: &Path, tcti: Option<&str>) -> Result<Option<Tpm>, Failure> 
     open_tpm(tcti).map(Some)
 }
 
-fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
+async fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
     refuse_without_tpm_support(args.helper.is_some(), "--helper")?;
     refuse_without_tpm_support(names_a_tpm(args.tpm.as_deref()), "--tpm")?;
     let mut failed = false;
@@ -1089,7 +1095,27 @@ fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
         }
         Err(other) => return Err(other),
     };
-    let checks = gatehouse_agent::doctor(&args.dir, tpm.as_ref());
+    let mut checks = gatehouse_agent::doctor(&args.dir, tpm.as_ref());
+    match (&args.server, &args.ca) {
+        (Some(server), Some(ca)) => {
+            let trust = read_trust(ca)?;
+            if let Ok(loaded) = load_identity_with(&args.dir, tpm.as_ref()) {
+                let crl = gatehouse_agent::fetch_crl(server, &trust).await;
+                checks.push(gatehouse_agent::revocation_check(
+                    &loaded.cert.serial,
+                    crl,
+                    &trust,
+                    unix_ms(SystemTime::now()),
+                ));
+            }
+        }
+        _ => checks.push(gatehouse_agent::Check {
+            name: "revocation",
+            ok: true,
+            warn: true,
+            detail: "not checked: pass --server and --ca to check the host's CRL".into(),
+        }),
+    }
     for check in &checks {
         println!("{check}");
     }
@@ -1110,6 +1136,7 @@ async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
         backoff_max: args.backoff_max,
         jitter: args.jitter,
         rejoin_grace: args.rejoin_grace,
+        min_interval: args.min_interval,
     };
     policy.validate().map_err(usage)?;
     let tpm = match &args.helper {
@@ -1167,19 +1194,24 @@ async fn shutdown() {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    use std::io::IsTerminal as _;
+    let cli = Cli::parse();
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_AGENT_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
-    let result = match Cli::parse().command {
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+    let result = match cli.command {
         Command::Join(args) => run_join(args).await,
         Command::Run(args) => run_lifecycle(args).await,
         Command::Site(args) => run_site(args).await,
         Command::Ramdisk(args) => run_ramdisk(args).await,
-        Command::Doctor(args) => run_doctor(args),
+        Command::Doctor(args) => run_doctor(args).await,
         Command::Status(args) => run_status(args),
         Command::Helper(args) => run_helper(args).await,
         Command::InstallScript(args) => run_install_script(args),
@@ -1188,7 +1220,10 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             match failure.error() {
-                Some(e) => eprintln!("gatehouse-agent: {e:#}"),
+                Some(e) => eprintln!(
+                    "gatehouse-agent: {}",
+                    gatehouse_agent::error_line(e.as_ref())
+                ),
                 None if matches!(failure, Failure::Unconfirmed) => eprintln!(
                     "gatehouse-agent: --reset moved nothing; run again with --reset --yes to move \
                      these aside and join"
@@ -1501,6 +1536,7 @@ mod tests {
                 backoff_max: args.backoff_max,
                 jitter: args.jitter,
                 rejoin_grace: args.rejoin_grace,
+                min_interval: args.min_interval,
             },
             RenewPolicy::default()
         );
@@ -1572,10 +1608,10 @@ mod tests {
         assert_eq!(join_failure(JoinError::TooManyChallenges).exit_code(), 1);
         let cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
         let io = std::io::Error::other(cert);
-        assert!(is_tls_trust_error(&io));
-        assert!(!is_tls_trust_error(&std::io::Error::other(
-            "connection refused"
-        )));
+        assert!(gatehouse_agent::is_tls_trust_error(&io));
+        assert!(!gatehouse_agent::is_tls_trust_error(
+            &std::io::Error::other("connection refused")
+        ));
     }
 
     #[test]

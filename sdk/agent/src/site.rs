@@ -45,6 +45,12 @@ pub enum SiteError {
     /// The host could not be reached or the exchange failed.
     #[error("cannot reach the host: {0}")]
     Transport(#[source] reqwest::Error),
+    /// The host's TLS certificate does not chain to the pinned TLS CA (see
+    /// [`JoinError::Untrusted`]).
+    #[error(
+        "TLS trust failure: the host's certificate is not trusted by the pinned TLS CA (--ca): {0}"
+    )]
+    Untrusted(#[source] reqwest::Error),
     /// The answer is not what the API returns.
     #[error("unexpected answer: {0}")]
     Malformed(String),
@@ -235,9 +241,9 @@ impl SiteClient {
             .json(body)
             .send()
             .await
-            .map_err(SiteError::Transport)?;
+            .map_err(site_transport)?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(SiteError::Transport)?;
+        let bytes = resp.bytes().await.map_err(site_transport)?;
         if status == reqwest::StatusCode::OK {
             return serde_json::from_slice(&bytes).map_err(|e| SiteError::Malformed(e.to_string()));
         }
@@ -255,6 +261,16 @@ impl SiteClient {
                 message: err.message,
             },
         })
+    }
+}
+
+/// A failed exchange: [`SiteError::Untrusted`] for a certificate the pinned CA does not
+/// vouch for, [`SiteError::Transport`] otherwise.
+fn site_transport(e: reqwest::Error) -> SiteError {
+    if crate::client::is_tls_trust_error(&e) {
+        SiteError::Untrusted(e)
+    } else {
+        SiteError::Transport(e)
     }
 }
 

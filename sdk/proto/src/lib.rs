@@ -29,6 +29,12 @@ pub use seal::{SealError, TokenOpeningKey, generate_token_keypair, open_token, s
 pub use token::{TOKEN_SEAL_INFO, TokenError, TokenString};
 pub use trust::JoinTrust;
 
+/// How far before its issuance a node certificate's notBefore lies (ms), for relying parties
+/// whose clocks lag the database's. A certificate's lifetime counts from its issuance,
+/// notBefore plus this: an agent scheduling its renewal by a fraction of the lifetime must not
+/// count the back-dating, or a short lifetime makes it renew at once, again and again.
+pub const ISSUANCE_BACKDATE_MS: i64 = 60_000;
+
 /// The body every refused join answers with, whatever the reason: the reason goes only to the
 /// host's events, audit rows and log.
 pub const ACCESS_DENIED: &str = "ACCESS_DENIED";

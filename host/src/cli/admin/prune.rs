@@ -32,6 +32,9 @@ pub(in crate::cli) struct PruneByAgeArgs {
     /// Rows deleted per transaction (1 to 100000).
     #[arg(long, default_value_t = 5000)]
     batch: u32,
+    /// Print `{"deleted": N}` instead of a sentence.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -41,6 +44,9 @@ pub(in crate::cli) struct PruneUsesArgs {
     /// Records deleted per transaction (1 to 100000).
     #[arg(long, default_value_t = 5000)]
     batch: u32,
+    /// Print `{"deleted": N}` instead of a sentence.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -59,7 +65,11 @@ pub(in crate::cli) async fn prune(
     let client = Client::new(&a.conn)?;
     let body = json!({ "olderThanSeconds": a.older_than.as_secs(), "batch": a.batch });
     let total = in_batches(&client, path, body, a.batch).await?;
-    writeln!(out, "pruned {total} {what} older than {}", a.older_than)?;
+    if a.json {
+        writeln!(out, "{}", json!({ "deleted": total }))?;
+    } else {
+        writeln!(out, "pruned {total} {what} older than {}", a.older_than)?;
+    }
     Ok(())
 }
 
@@ -71,7 +81,11 @@ pub(in crate::cli) async fn prune_uses(
     let client = Client::new(&a.conn)?;
     let body = json!({ "batch": a.batch });
     let total = in_batches(&client, "/v1/admin/attestation-uses/prune", body, a.batch).await?;
-    writeln!(out, "pruned {total} expired single-use records")?;
+    if a.json {
+        writeln!(out, "{}", json!({ "deleted": total }))?;
+    } else {
+        writeln!(out, "pruned {total} expired single-use records")?;
+    }
     Ok(())
 }
 

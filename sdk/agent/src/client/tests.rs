@@ -443,7 +443,32 @@ mod https {
         let (url, _server) = serve(&other, "200 OK", b"{}".to_vec()).await;
         let client = JoinClient::new(&url, &trust_for(&pinned)).unwrap();
         let err = client.send(&request()).await.unwrap_err();
+        // Said as what it is: not "cannot reach the host".
+        assert!(matches!(err, JoinError::Untrusted(_)), "{err}");
+        assert!(err.to_string().starts_with("TLS trust failure"), "{err}");
+        // A host that is not there at all is a transport failure.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let client =
+            JoinClient::new(&format!("https://127.0.0.1:{port}"), &trust_for(&pinned)).unwrap();
+        let err = client.send(&request()).await.unwrap_err();
         assert!(matches!(err, JoinError::Transport(_)), "{err}");
+    }
+
+    #[test]
+    fn an_error_line_names_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("inner")]
+        struct Inner;
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer: {0}")]
+        struct Repeats(#[source] Inner);
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Plain(#[source] Inner);
+        assert_eq!(error_line(&Repeats(Inner)), "outer: inner");
+        assert_eq!(error_line(&Plain(Inner)), "outer: inner");
     }
 
     #[tokio::test]

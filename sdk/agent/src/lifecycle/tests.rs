@@ -22,16 +22,77 @@ fn policy() -> RenewPolicy {
         backoff_min: Duration::from_secs(2),
         backoff_max: Duration::from_secs(10),
         jitter: 0.0,
+        min_interval: Duration::ZERO,
         ..RenewPolicy::default()
     }
 }
 
-/// A 100 s certificate from t = 1000 s.
+/// The host's back-dating of notBefore, in seconds.
+const BACKDATE: i64 = gatehouse_proto::ISSUANCE_BACKDATE_MS / 1000;
+
+/// A 100 s certificate issued at t = 1000 s (its notBefore back-dated as the host does).
 fn validity() -> Validity {
     Validity {
-        not_before_ms: 1000 * S,
+        not_before_ms: (1000 - BACKDATE) * S,
         not_after_ms: 1100 * S,
     }
+}
+
+#[test]
+fn the_lifetime_counts_from_the_issuance_not_the_backdated_not_before() {
+    // A 60 s certificate as the host issues it: notBefore a minute before the issuance.
+    let short = Validity {
+        not_before_ms: (1000 - BACKDATE) * S,
+        not_after_ms: 1060 * S,
+    };
+    assert_eq!(short.issued_at_ms(), 1000 * S);
+    // Counting the back-dated minute, half of its "lifetime" would be gone at issuance and
+    // a renewal due at once, again after every renewal: the runaway of issue 15.
+    assert_eq!(short.renew_at_ms(0.5), 1030 * S);
+    let s = Schedule::new(policy());
+    assert_eq!(
+        s.step(1000 * S, short),
+        Step::Sleep(Duration::from_secs(30))
+    );
+    // A certificate whose notBefore is later than notAfter minus the back-dating (not the
+    // host's) is taken as issued at its notAfter: due at once, never before it was valid.
+    let odd = Validity {
+        not_before_ms: 1050 * S,
+        not_after_ms: 1060 * S,
+    };
+    assert_eq!(odd.issued_at_ms(), 1060 * S);
+    assert_eq!(odd.renew_at_ms(0.5), 1060 * S);
+}
+
+#[test]
+fn no_renewal_comes_sooner_than_the_minimum_interval() {
+    let p = RenewPolicy {
+        renew_when_left: 1.0,
+        min_interval: Duration::from_secs(60),
+        ..policy()
+    };
+    // Renew at once by the fraction, but not within 60 s of the issuance.
+    let long = Validity {
+        not_before_ms: (1000 - BACKDATE) * S,
+        not_after_ms: 4600 * S,
+    };
+    assert_eq!(long.renew_due_ms(&p), 1060 * S);
+    let s = Schedule::new(p.clone());
+    assert_eq!(s.step(1000 * S, long), Step::Sleep(Duration::from_secs(60)));
+    assert_eq!(s.step(1060 * S, long), Step::Act(Action::Renew));
+    // A certificate shorter than the interval renews a few seconds before it expires.
+    let short = Validity {
+        not_before_ms: (1000 - BACKDATE) * S,
+        not_after_ms: 1030 * S,
+    };
+    assert_eq!(short.renew_due_ms(&p), 1025 * S);
+    // The fraction, when later, wins.
+    let half = RenewPolicy {
+        renew_when_left: 0.5,
+        ..p
+    };
+    assert_eq!(long.renew_due_ms(&half), 2800 * S);
+    assert_eq!(RenewPolicy::default().min_interval, Duration::from_secs(60));
 }
 
 #[test]
@@ -102,7 +163,7 @@ fn failures_back_off_exponentially_up_to_the_cap() {
         ..policy()
     });
     let long = Validity {
-        not_before_ms: 0,
+        not_before_ms: -BACKDATE * S,
         not_after_ms: 10_000 * S,
     };
     let mut now = 5000 * S;
@@ -119,7 +180,7 @@ fn failures_back_off_exponentially_up_to_the_cap() {
     // A success starts over: the next renewal is due by the fraction again.
     s.succeeded();
     let renewed = Validity {
-        not_before_ms: now,
+        not_before_ms: now - BACKDATE * S,
         not_after_ms: now + 100 * S,
     };
     assert_eq!(s.step(now, renewed), Step::Sleep(Duration::from_secs(50)));
@@ -212,6 +273,7 @@ fn fast() -> RenewPolicy {
         backoff_min: Duration::from_millis(20),
         backoff_max: Duration::from_millis(80),
         jitter: 0.0,
+        min_interval: Duration::ZERO,
         ..RenewPolicy::default()
     }
 }
@@ -286,8 +348,8 @@ async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
 #[tokio::test]
 async fn renews_with_the_current_certificate_and_installs_the_next_key() {
     let _serial = serial().await;
-    // Half of a 100 s lifetime is gone: due now.
-    let f = fixture(-60, 40);
+    // Half of a 100 s lifetime (issued 60 s ago, notBefore a minute earlier) is gone: due now.
+    let f = fixture(-60 - BACKDATE, 40);
     let before = load_identity(f.dir.path()).unwrap();
     let pki = f.pki.clone();
     let (url, server) = serve_https_with(&f.ca, Some(proof()), move |served| {

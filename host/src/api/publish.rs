@@ -1,0 +1,240 @@
+//! The public routes: what agents and relying parties fetch without credentials, and what a
+//! load balancer or an orchestrator polls.
+//!
+//! - `GET /v1/trust`: the join trust agents pin (`join-trust.json`), so an agent (or its
+//!   operator) can compare what it pinned with what the host serves;
+//! - `GET /v1/trust/spiffe-bundle`: the node CA as a SPIFFE trust bundle (a JWK Set) for
+//!   relying parties that check node certificates;
+//! - `GET /v1/crl` (DER, `application/pkix-crl`) and `GET /v1/crl.pem`: the certificates this
+//!   host revoked and that have not expired, signed by the node CA, with a nextUpdate
+//!   `[trust] refresh_seconds` later;
+//! - `GET /healthz`: the process answers; `GET /readyz`: the database answers within
+//!   [`READY_TIMEOUT`] and attestors are loaded (503 otherwise, with what is missing);
+//! - `GET /metrics`: see [`crate::metrics`]. On the API's address it needs the admin key
+//!   (refusal counts by reason are for operators); on `[observability] metrics_listen` it is
+//!   open.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use gatehouse_proto::JoinTrust;
+use serde::Serialize;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::join::JoinService;
+use crate::pki::{CrlEntry, Pki, RevocationReason, SpiffeBundle};
+use crate::store::{Db, Revocation};
+
+/// How long `/readyz` waits for the database.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a signed CRL is served again before it is made anew: a revocation appears in the
+/// CRL at most this long after it committed. Bounds the work an unauthenticated client can
+/// cause (the CRL reads every unexpired revoked certificate).
+pub const CRL_CACHE: Duration = Duration::from_secs(5);
+
+/// What the host publishes, shared by the routes.
+pub struct Published {
+    /// The join trust agents pin.
+    pub join_trust: JoinTrust,
+    /// `[trust] refresh_seconds`.
+    pub refresh: Duration,
+    /// The last CRL made, and when.
+    crl: tokio::sync::Mutex<Option<(Instant, Arc<Vec<u8>>)>>,
+}
+
+impl Published {
+    /// What a host with `join_trust` publishes, refreshed every `refresh`.
+    pub fn new(join_trust: JoinTrust, refresh: Duration) -> Self {
+        Self {
+            join_trust,
+            refresh,
+            crl: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+/// Why a certificate was revoked, as RFC 5280's CRLReason.
+pub fn crl_reason(why: Revocation) -> RevocationReason {
+    match why {
+        // A reclaim (a new identity generation) or a renewal replaced it.
+        Revocation::Superseded => RevocationReason::Superseded,
+        // The node may no longer hold any identity it had.
+        Revocation::IdentityRevoked => RevocationReason::PrivilegeWithdrawn,
+        Revocation::NodeRemoved => RevocationReason::CessationOfOperation,
+        // An operator's reasons are not recorded.
+        Revocation::Operator => RevocationReason::Unspecified,
+    }
+}
+
+/// Reads the unexpired revoked certificates and signs them into a CRL (DER).
+pub async fn make_crl(db: &Db, pki: &Pki, refresh: Duration) -> Result<Vec<u8>, ApiError> {
+    let mut tx = db.read().await?;
+    let now = tx.now().await?;
+    let revoked = tx.revoked_node_certs(now).await?;
+    drop(tx);
+    let entries: Vec<CrlEntry> = revoked
+        .into_iter()
+        .map(|(serial_hex, revoked_at_ms, why)| CrlEntry {
+            serial_hex,
+            revoked_at_ms,
+            reason: crl_reason(why),
+        })
+        .collect();
+    let refresh_ms = i64::try_from(refresh.as_millis()).unwrap_or(i64::MAX);
+    pki.sign_crl(&entries, now, now.saturating_add(refresh_ms))
+        .map_err(|e| ApiError::Internal(format!("signing the CRL: {e}")))
+}
+
+/// `GET /v1/trust`.
+pub(super) async fn trust(State(state): State<AppState>) -> Json<JoinTrust> {
+    Json(state.published.join_trust.clone())
+}
+
+/// `GET /v1/trust/spiffe-bundle`.
+pub(super) async fn spiffe_bundle(
+    State(state): State<AppState>,
+) -> Result<Json<SpiffeBundle>, ApiError> {
+    let bundle = state
+        .pki
+        .spiffe_bundle(state.published.refresh.as_secs())
+        .map_err(|e| ApiError::Internal(format!("SPIFFE bundle: {e}")))?;
+    Ok(Json(bundle))
+}
+
+/// The CRL, from the cache when it is younger than [`CRL_CACHE`].
+async fn crl_der(state: &AppState) -> Result<Arc<Vec<u8>>, ApiError> {
+    let mut cached = state.published.crl.lock().await;
+    if let Some((at, der)) = cached.as_ref()
+        && at.elapsed() < CRL_CACHE
+    {
+        return Ok(der.clone());
+    }
+    let der = Arc::new(make_crl(&state.db, &state.pki, state.published.refresh).await?);
+    *cached = Some((Instant::now(), der.clone()));
+    Ok(der)
+}
+
+/// `GET /v1/crl`: DER.
+pub(super) async fn crl(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let der = crl_der(&state).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/pkix-crl")],
+        der.as_ref().clone(),
+    )
+        .into_response())
+}
+
+/// `GET /v1/crl.pem`: PEM.
+pub(super) async fn crl_pem(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let der = crl_der(&state).await?;
+    let text = crate::pki::pem_block("X509 CRL", &der);
+    Ok(([(header::CONTENT_TYPE, "application/x-pem-file")], text).into_response())
+}
+
+/// `GET /healthz`: the process serves requests.
+pub(super) async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// What `/readyz` found.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    /// Whether the host can decide joins.
+    pub ready: bool,
+    /// Whether the database answered in time.
+    pub database: bool,
+    /// How many attestors are loaded.
+    pub attestors: usize,
+    /// What is wrong, when not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Checks the database (one statement on the read pool, within [`READY_TIMEOUT`]) and the
+/// attestors.
+pub async fn readiness(db: &Db, join: &JoinService) -> Readiness {
+    let database = tokio::time::timeout(READY_TIMEOUT, async {
+        let mut tx = db.read().await?;
+        tx.now().await
+    })
+    .await;
+    let attestors = join.runtime().attestors().count();
+    let (database, error) = match database {
+        Ok(Ok(_)) => (true, None),
+        Ok(Err(e)) => (false, Some(format!("database: {e}"))),
+        Err(_) => (
+            false,
+            Some(format!(
+                "database: no answer in {} s",
+                READY_TIMEOUT.as_secs()
+            )),
+        ),
+    };
+    let error = error.or_else(|| (attestors == 0).then(|| "no attestor is loaded".to_owned()));
+    Readiness {
+        ready: database && attestors > 0,
+        database,
+        attestors,
+        error,
+    }
+}
+
+fn readiness_response(readiness: Readiness) -> Response {
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    // Not an API error body: a probe reads the status, people read the fields.
+    (status, Json(readiness)).into_response()
+}
+
+/// `GET /readyz`.
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    readiness_response(readiness(&state.db, &state.join).await)
+}
+
+fn metrics_response(join: &JoinService) -> Response {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        join.metrics().encode(join.sink_dropped()),
+    )
+        .into_response()
+}
+
+/// `GET /metrics` on the API's address: the admin key is required.
+pub(super) async fn metrics(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    super::admin::authorize(&state, &headers)?;
+    Ok(metrics_response(&state.join))
+}
+
+/// The router of `[observability] metrics_listen`: `/metrics`, `/healthz` and `/readyz`, open.
+pub fn observability_router(db: Db, join: Arc<JoinService>) -> axum::Router {
+    use axum::routing::get;
+    let state = (db, join);
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(|State((_, join)): State<(Db, Arc<JoinService>)>| async move {
+                metrics_response(&join)
+            }),
+        )
+        .route("/healthz", get(healthz))
+        .route(
+            "/readyz",
+            get(|State((db, join)): State<(Db, Arc<JoinService>)>| async move {
+                readiness_response(readiness(&db, &join).await)
+            }),
+        )
+        .with_state(state)
+}
