@@ -4,13 +4,7 @@ use clap::Parser as _;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    gatehouse::logging::init();
     match gatehouse::cli::run(gatehouse::cli::Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<gatehouse::cli::NotConfirmed>().is_some() => {

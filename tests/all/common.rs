@@ -57,6 +57,10 @@ pub struct HostOptions {
     /// `[limits]`; when absent, the defaults without the join rate limit (the suite joins in
     /// bursts from one address).
     pub limits: Option<gatehouse::config::LimitsSection>,
+    /// Shadows: `[attestors.<id>] shadow_of = <of>` (and `file`, a component path).
+    pub shadows: Vec<(String, String, Option<PathBuf>)>,
+    /// `[runtime] attestors_poll_ms`, when not the default.
+    pub attestors_poll_ms: Option<u64>,
 }
 
 impl HostOptions {
@@ -74,6 +78,8 @@ impl HostOptions {
             audit_sink: None,
             reclaim_grants: vec![],
             limits: None,
+            shadows: vec![],
+            attestors_poll_ms: None,
         }
     }
 }
@@ -107,6 +113,8 @@ pub struct TestHost {
     pub admin_key: String,
     /// The database URL the host runs on.
     pub database_url: String,
+    /// The host's data directory (its `attestors/` is the attestors directory).
+    pub data: PathBuf,
     created_database: Option<String>,
 }
 
@@ -181,6 +189,14 @@ impl TestHost {
             let table: toml::Table = must(serde_json::from_value(table.clone()), "attestor config");
             config.attestors.entry(id.clone()).or_default().config = Some(table);
         }
+        for (id, of, file) in &opts.shadows {
+            let section = config.attestors.entry(id.clone()).or_default();
+            section.shadow_of = Some(of.clone());
+            section.file = file.clone();
+        }
+        if let Some(ms) = opts.attestors_poll_ms {
+            config.runtime.attestors_poll_ms = ms;
+        }
         for (id, granted) in &opts.reclaim_grants {
             config.attestors.entry(id.clone()).or_default().reclaim = Some(*granted);
         }
@@ -226,6 +242,7 @@ impl TestHost {
             trust,
             admin_key,
             database_url,
+            data,
             created_database,
         })
     }

@@ -1,6 +1,7 @@
 //! The `gatehouse` command line.
 
 mod admin;
+mod attestors;
 pub mod bench;
 mod pki_init;
 mod serve;
@@ -64,10 +65,11 @@ enum Command {
     Events(admin::EventsArgs),
     /// Prints the audit records of join rounds, one JSON object a line (through the admin API).
     Audits(admin::AuditsArgs),
-    /// Attestors (through the admin API).
+    /// Attestors: list what a host runs (through the admin API); check or try a component
+    /// before deploying it.
     Attestors {
         #[command(subcommand)]
-        command: admin::AttestorsCommand,
+        command: attestors::Command,
     },
     /// Measures joins and attestor calls; prints one JSON line.
     Bench(bench::BenchArgs),
@@ -143,7 +145,7 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Prune { command } => admin::prune(command, out).await,
         Command::Events(args) => admin::events(args).await,
         Command::Audits(args) => admin::audits(args, out).await,
-        Command::Attestors { command } => admin::attestors(command).await,
+        Command::Attestors { command } => attestors::run(command, out).await,
         Command::Bench(args) => bench::run(args).await,
     }
 }

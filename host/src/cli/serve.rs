@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
+use tokio::signal::unix::SignalKind;
 
 use crate::app;
 use crate::config::Config;
@@ -45,31 +46,31 @@ pub(super) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("--config or --dev --data-dir is required"),
     };
     let config = Config::load(&config_path)?;
-    let running = app::start(&config).await?;
+    // Before the host starts: a SIGHUP during start-up must not kill it either.
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut running = app::start(&config).await?;
     println!("gatehouse listening on https://{}", running.server.addr);
-    shutdown_signal().await;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = hangup.recv() => {
+                tracing::info!(config = %config_path.display(), "SIGHUP: reloading the configuration");
+                match Config::load(&config_path) {
+                    Ok(config) => {
+                        running.reload(config).await;
+                    }
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: the configuration does not load; nothing changed"),
+                }
+            }
+        }
+    }
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+fn signal(kind: SignalKind) -> anyhow::Result<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(kind).context("installing a signal handler")
 }
