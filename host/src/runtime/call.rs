@@ -95,26 +95,28 @@ pub(super) async fn verify<B: TxBackend>(
         )
     });
 
-    let call = async {
-        let instance = pre.instantiate_async(&mut store).await?;
-        instance
-            .better_compute_attestor_verifier()
-            .call_verify(
-                &mut store,
-                Resource::new_borrow(transaction_rep()),
-                config,
-                request,
-            )
-            .await
+    let result = {
+        let call = async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            instance
+                .better_compute_attestor_verifier()
+                .call_verify(
+                    &mut store,
+                    Resource::new_borrow(transaction_rep()),
+                    config,
+                    request,
+                )
+                .await
+        };
+        // Each poll is the executor giving the call its thread; the first after a yield ends
+        // the call's wait in the queue.
+        let mut call = std::pin::pin!(call);
+        let call = std::future::poll_fn(|cx| {
+            resumed.note(Instant::now());
+            call.as_mut().poll(cx)
+        });
+        tokio::time::timeout(deadline + WALL_BACKSTOP, call).await
     };
-    // Each poll is the executor giving the call its thread; the first after a yield ends the
-    // call's wait in the queue.
-    let mut call = std::pin::pin!(call);
-    let call = std::future::poll_fn(|cx| {
-        resumed.note(Instant::now());
-        call.as_mut().poll(cx)
-    });
-    let result = tokio::time::timeout(deadline + WALL_BACKSTOP, call).await;
 
     for line in store.data().stderr().lines() {
         tracing::info!(attestor = %id, "{line}");
