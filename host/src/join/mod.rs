@@ -243,6 +243,7 @@ impl JoinService {
                 .await);
         };
         round.attestor_sha256 = Some(summary.sha256.clone());
+        round.attestor_built_in = summary.source == crate::runtime::Source::BuiltIn;
         let claims = match request::normalise_claims(&request.claims) {
             Ok(claims) => claims,
             Err(e) => {
@@ -475,15 +476,13 @@ impl JoinService {
 
     /// Whether the operator lets `attestor` re-key nodes without a token: its
     /// `[attestors.<id>] reclaim`, else the default of the built-ins that need it.
-    fn reclaim_granted(&self, attestor: &str) -> bool {
+    /// Whether it is the built-in is read from the version that decided the round.
+    fn reclaim_granted(&self, round: &Round) -> bool {
+        let attestor = round.attestor.as_str();
         if let Some(granted) = self.settings.reclaim_grants.get(attestor) {
             return *granted;
         }
-        RECLAIMING_BUILT_INS.contains(&attestor)
-            && self
-                .runtime
-                .attestors()
-                .any(|a| a.id == attestor && a.source == crate::runtime::Source::BuiltIn)
+        RECLAIMING_BUILT_INS.contains(&attestor) && round.attestor_built_in
     }
 
     async fn defer(
@@ -570,7 +569,7 @@ impl JoinService {
                 }
             }
         }
-        let reclaim_granted = self.reclaim_granted(&round.attestor);
+        let reclaim_granted = self.reclaim_granted(round);
 
         // The policy, then one machine, one node: a join whose trusted hardware key another
         // node holds re-keys that node (when the token allows it) and is checked again as such.

@@ -42,6 +42,8 @@ pub(super) struct Round {
     pub elapsed: Duration,
     /// SHA-256 of the attestor version that decided the round (the event says which).
     pub attestor_sha256: Option<String>,
+    /// Whether that version is the one built into the binary (not a file replacing it).
+    pub attestor_built_in: bool,
 }
 
 impl Round {
@@ -59,6 +61,7 @@ impl Round {
             node_key: NodeKey::Unattested,
             elapsed: Duration::ZERO,
             attestor_sha256: None,
+            attestor_built_in: false,
         }
     }
 

@@ -579,12 +579,16 @@ pub(super) async fn load_one<B: TxBackend>(
         origin: origin.to_owned(),
         source: e,
     };
-    let component = match cache {
-        Some(cache) => cache
-            .load_or_compile(engine, wasm, &sha256)
-            .map_err(compile)?,
-        None => Component::new(engine, wasm).map_err(compile)?,
-    };
+    // Compiling takes the cores for up to seconds: off the async workers, so a reload beside
+    // serving joins does not stall the ones whose task shares a worker with it.
+    let (engine_owned, bytes, cache_owned) = (engine.clone(), wasm.to_vec(), cache.cloned());
+    let component = tokio::task::spawn_blocking(move || match &cache_owned {
+        Some(cache) => cache.load_or_compile(&engine_owned, &bytes, &sha256),
+        None => Component::new(&engine_owned, &bytes),
+    })
+    .await
+    .map_err(|e| compile(wasmtime::Error::msg(format!("the compiling task ended: {e}"))))?
+    .map_err(compile)?;
     check_wit_version(engine, &component, origin)?;
     let pre = linker
         .instantiate_pre(&component)
