@@ -218,7 +218,11 @@ impl Running {
         // Started again whenever one is configured, so a SIGHUP also reopens a rotated JSONL
         // file; the old worker delivers what it has queued first.
         if config.audit.sink.is_some() || self.sink.is_some() {
-            match config.audit_sink().map(|c| RefusalSink::start(&c)).transpose() {
+            match config
+                .audit_sink()
+                .map(|c| RefusalSink::start(&c))
+                .transpose()
+            {
                 Ok(started) => {
                     let (sink, worker) = started.unzip();
                     self.join.set_sink(sink);
@@ -256,7 +260,10 @@ impl Running {
             (config.data_dir != started.data_dir, "data_dir"),
             (config.pki_bundle != started.pki_bundle, "pki_bundle"),
             (config.secret_file != started.secret_file, "secret_file"),
-            (config.admin_key_file != started.admin_key_file, "admin_key_file"),
+            (
+                config.admin_key_file != started.admin_key_file,
+                "admin_key_file",
+            ),
             (
                 config.join.cert_ttl_seconds != started.join.cert_ttl_seconds,
                 "join.cert_ttl_seconds",

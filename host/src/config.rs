@@ -680,12 +680,18 @@ mod tests {
         assert_eq!(c.runtime.attestors_poll_ms, 1000);
         for (bad, says) in [
             ("[attestors.x]\nfile = \"x.wasm\"\n", "only for a shadow"),
-            ("[attestors.x]\nshadow_of = \"x\"\n", "another, live attestor"),
+            (
+                "[attestors.x]\nshadow_of = \"x\"\n",
+                "another, live attestor",
+            ),
             (
                 "[attestors.x]\nshadow_of = \"y\"\n[attestors.y]\nshadow_of = \"join-token\"\n",
                 "another, live attestor",
             ),
-            ("[attestors.x]\nshadow_of = \"Not An Id\"\n", "another, live attestor"),
+            (
+                "[attestors.x]\nshadow_of = \"Not An Id\"\n",
+                "another, live attestor",
+            ),
             ("[runtime]\nattestors_poll_ms = 5\n", "attestors_poll_ms"),
         ] {
             let e = parse(&format!("{BASE}{bad}")).unwrap_err();

@@ -103,6 +103,9 @@ async fn try_prints_the_outcome_and_every_transaction_call() {
     .await;
     let out = exit.output(out).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.contains("transaction calls (1):"), "{out}");
-    assert!(out.contains("lock-token(\"tok_nosuchtoken\") -> Ok(None)"), "{out}");
+    assert!(
+        out.contains("lock-token(\"tok_nosuchtoken\") -> Ok(None)"),
+        "{out}"
+    );
     assert!(out.contains("unknown-token"), "{out}");
 }

@@ -74,7 +74,13 @@ async fn join_loop(
 
 /// Waits until join-token is served with `sha256` from a source of `kind` (`file` or
 /// `built-in`), as the admin API lists it.
-async fn until_served(http: &reqwest::Client, url: &str, admin_key: &str, sha256: &str, kind: &str) {
+async fn until_served(
+    http: &reqwest::Client,
+    url: &str,
+    admin_key: &str,
+    sha256: &str,
+    kind: &str,
+) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let list: serde_json::Value = http
@@ -86,11 +92,9 @@ async fn until_served(http: &reqwest::Client, url: &str, admin_key: &str, sha256
             .json()
             .await
             .unwrap();
-        let served = list
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|a| a["id"] == "join-token" && a["sha256"] == sha256 && a["source"]["kind"] == kind);
+        let served = list.as_array().unwrap().iter().any(|a| {
+            a["id"] == "join-token" && a["sha256"] == sha256 && a["source"]["kind"] == kind
+        });
         if served {
             return;
         }
@@ -128,7 +132,10 @@ fn assert_each_join_decided_by_one_version(
     for (version, prefix) in [(replacement, "replacement:"), (builtin, "token:")] {
         assert!(
             joined.iter().any(|e| e.payload["attestorSha256"] == version
-                && e.payload["subject"].as_str().unwrap_or_default().starts_with(prefix)),
+                && e.payload["subject"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with(prefix)),
             "no join was decided by {version}"
         );
     }
@@ -144,7 +151,10 @@ fn attestor_events(events: &[EventRow]) -> Vec<(String, Option<String>, String, 
                 e.kind.clone(),
                 e.attestor.clone(),
                 e.payload["sha256"].as_str().unwrap_or_default().to_owned(),
-                e.payload["now"]["source"].as_str().unwrap_or_default().to_owned(),
+                e.payload["now"]["source"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
             )
         })
         .collect()
@@ -225,21 +235,28 @@ async fn components_added_replaced_and_removed_while_joins_run() {
         let mut joined = 0;
         for l in loops {
             let (ok, failures) = l.await.unwrap();
-            assert!(failures.is_empty(), "{backend:?}: joins failed: {failures:?}");
+            assert!(
+                failures.is_empty(),
+                "{backend:?}: joins failed: {failures:?}"
+            );
             joined += ok;
         }
         let events = host.events().await;
         let admitted = events.iter().filter(|e| e.kind == "node.joined").count();
         assert_eq!(admitted, joined, "{backend:?}: one admission per join");
         // No round was refused for what it was; on PostgreSQL a round now and then ends
-        // `storage-error` under the two loops' contention (seen with no reload running too),
-        // answered 503 and retried by the agent, which is why no join above failed.
+        // `storage-error` under the two loops' contention (a database failure, not a verdict),
+        // answered 503 and retried by the agent, which is why no join above failed (not yet
+        // investigated whether a reload makes it likelier; SQLite shows none).
         let refused: Vec<_> = events
             .iter()
             .filter(|e| e.kind == "security.join.refused")
             .filter(|e| e.reason.as_deref() != Some("storage-error"))
             .collect();
-        assert!(refused.is_empty(), "{backend:?}: joins were refused: {refused:?}");
+        assert!(
+            refused.is_empty(),
+            "{backend:?}: joins were refused: {refused:?}"
+        );
         assert_each_join_decided_by_one_version(&events, &builtin, &file, &replacement);
 
         let changes = attestor_events(&events);
@@ -265,13 +282,20 @@ async fn components_added_replaced_and_removed_while_joins_run() {
             .collect();
         let broken_sha = hex(&Sha256::digest(b"\0asm not really"));
         assert!(
-            failed.iter().any(|e| e.payload["sha256"] == broken_sha.as_str()
-                && e.reason.as_deref() == Some("not-a-component")),
+            failed
+                .iter()
+                .any(|e| e.payload["sha256"] == broken_sha.as_str()
+                    && e.reason.as_deref() == Some("not-a-component")),
             "{backend:?}: {failed:?}"
         );
         assert!(
-            failed.iter().any(|e| e.reason.as_deref() == Some("wit-version")
-                && e.payload["reason"].as_str().unwrap_or_default().contains("wit-major.wasm")),
+            failed
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("wit-version")
+                    && e.payload["reason"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("wit-major.wasm")),
             "{backend:?}: {failed:?}"
         );
         host.stop().await;
@@ -289,7 +313,11 @@ async fn a_new_attestor_is_loaded_and_removed_and_a_failed_pin_keeps_the_old_one
     let watch = host.running.attestors.clone();
     let challenge = sha256_of(gatehouse_test_artifacts::CHALLENGE);
 
-    std::fs::copy(gatehouse_test_artifacts::CHALLENGE, dir.join("challenge.wasm")).unwrap();
+    std::fs::copy(
+        gatehouse_test_artifacts::CHALLENGE,
+        dir.join("challenge.wasm"),
+    )
+    .unwrap();
     let reload = watch.reload().await;
     assert_eq!(reload.changes.len(), 1, "{:?}", reload.changes);
     assert_eq!(reload.changes[0].kind.event_kind(), "attestor.loaded");
@@ -300,12 +328,19 @@ async fn a_new_attestor_is_loaded_and_removed_and_a_failed_pin_keeps_the_old_one
     // A pin the file does not match: refused, the loaded one keeps serving.
     let mut config = gatehouse::config::Config::load(&host.data.join("gatehouse.toml")).unwrap();
     config.runtime.attestors_dir = Some(dir.clone());
-    config.attestors.entry("challenge".into()).or_default().sha256 = Some("0".repeat(64));
+    config
+        .attestors
+        .entry("challenge".into())
+        .or_default()
+        .sha256 = Some("0".repeat(64));
     let reload = watch.reload_with(config.runtime()).await;
     assert_eq!(reload.changes.len(), 1, "{:?}", reload.changes);
     assert_eq!(reload.changes[0].kind.event_kind(), "attestor.load-failed");
     assert_eq!(reload.changes[0].code, Some("sha256-pin"));
-    assert_eq!(reload.changes[0].sha256.as_deref(), Some(challenge.as_str()));
+    assert_eq!(
+        reload.changes[0].sha256.as_deref(),
+        Some(challenge.as_str())
+    );
     assert!(host.running.join.runtime().contains("challenge"));
 
     // Removed (pin lifted): gone, and a request naming it is refused unknown-attestor.
@@ -323,9 +358,21 @@ async fn a_new_attestor_is_loaded_and_removed_and_a_failed_pin_keeps_the_old_one
     assert_eq!(
         kinds,
         vec![
-            ("attestor.loaded".into(), Some("challenge".into()), challenge.clone()),
-            ("attestor.load-failed".into(), Some("challenge".into()), challenge.clone()),
-            ("attestor.removed".into(), Some("challenge".into()), challenge.clone()),
+            (
+                "attestor.loaded".into(),
+                Some("challenge".into()),
+                challenge.clone()
+            ),
+            (
+                "attestor.load-failed".into(),
+                Some("challenge".into()),
+                challenge.clone()
+            ),
+            (
+                "attestor.removed".into(),
+                Some("challenge".into()),
+                challenge.clone()
+            ),
         ]
     );
     host.stop().await;
@@ -493,7 +540,10 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         if let Some(status) = child.0.try_wait().unwrap() {
             break status;
         }
-        assert!(Instant::now() < deadline, "the host did not stop on SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "the host did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
@@ -517,6 +567,11 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         .collect();
     assert_eq!(
         replaced,
-        vec![replacement.clone(), file.clone(), replacement.clone(), builtin.clone()]
+        vec![
+            replacement.clone(),
+            file.clone(),
+            replacement.clone(),
+            builtin.clone()
+        ]
     );
 }

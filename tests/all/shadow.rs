@@ -103,12 +103,18 @@ async fn a_shadow_that_admits_never_turns_a_refusal_into_an_admission() {
             .collect();
         assert_eq!(live.len(), 1, "{backend:?}");
         assert_eq!(live[0].result.as_str(), "refused");
-        assert_eq!(live[0].csr_sha256, shadow.csr_sha256, "the rows read side by side");
+        assert_eq!(
+            live[0].csr_sha256, shadow.csr_sha256,
+            "the rows read side by side"
+        );
         // Nothing the shadow did was applied: the use is still there, no node exists, and
         // its verdict raised no event.
         assert_eq!(uses_left(&host, &token).await, 1, "{backend:?}");
         let events = host.events().await;
-        assert!(!events.iter().any(|e| e.kind == "node.joined"), "{backend:?}");
+        assert!(
+            !events.iter().any(|e| e.kind == "node.joined"),
+            "{backend:?}"
+        );
         assert!(
             !events
                 .iter()
@@ -131,7 +137,11 @@ async fn a_shadow_that_admits_never_turns_a_refusal_into_an_admission() {
             .unwrap();
         let rows = shadow_rows(&host, "admit-by-token-id", 2, Duration::from_secs(10)).await;
         assert_eq!(rows.len(), 2, "{backend:?}: {rows:?}");
-        assert_eq!(uses_left(&host, &fresh).await, 0, "spent once, by the live round");
+        assert_eq!(
+            uses_left(&host, &fresh).await,
+            0,
+            "spent once, by the live round"
+        );
         host.stop().await;
     }
 }

@@ -74,7 +74,9 @@ impl AttestorWatch {
                     reason = change.reason.as_deref().unwrap_or(""),
                     "attestor not loaded; what served before keeps serving"
                 ),
-                kind => tracing::info!(attestor = id, sha256, source = %payload["now"]["source"], "{}", kind.event_kind()),
+                kind => {
+                    tracing::info!(attestor = id, sha256, source = %payload["now"]["source"], "{}", kind.event_kind())
+                }
             }
         }
         for what in &reload.needs_restart {

@@ -150,10 +150,7 @@ async fn load(c: &Component) -> anyhow::Result<(Vec<Step>, Option<Scratch>)> {
     };
     let runtime: Runtime<Traced<Staged>> = Runtime::load(&runtime_config, &[]).await?;
     let mut steps = Vec::new();
-    let summary = match runtime
-        .inspect(Source::File(c.file.clone()), &wasm)
-        .await
-    {
+    let summary = match runtime.inspect(Source::File(c.file.clone()), &wasm).await {
         Ok(summary) => summary,
         Err(e) => {
             steps.push(Step {
@@ -225,8 +222,8 @@ fn attestor_config(path: &Path) -> anyhow::Result<serde_json::Value> {
     if let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) {
         return Ok(json);
     }
-    let table: toml::Table =
-        toml::from_str(&text).with_context(|| format!("{}: neither JSON nor TOML", path.display()))?;
+    let table: toml::Table = toml::from_str(&text)
+        .with_context(|| format!("{}: neither JSON nor TOML", path.display()))?;
     Ok(serde_json::to_value(table)?)
 }
 
@@ -259,10 +256,7 @@ impl Scratch {
             round: case.round,
         };
         let call = self.runtime.verify(&id, session, &request).await;
-        let calls = trace
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let calls = trace.lock().unwrap_or_else(PoisonError::into_inner).clone();
         Called {
             result: call.result,
             calls,
@@ -296,7 +290,10 @@ fn cases(seed: u64, n: u32, rounds: u8, sample: Option<&[u8]>) -> Vec<Case> {
         ("json-null".into(), b"null".to_vec()),
         ("json-truncated".into(), b"{\"a\":".to_vec()),
         ("json-deep-nesting".into(), vec![b'['; 64 * 1024]),
-        ("der-huge-length".into(), vec![0x30, 0x84, 0xff, 0xff, 0xff, 0xff]),
+        (
+            "der-huge-length".into(),
+            vec![0x30, 0x84, 0xff, 0xff, 0xff, 0xff],
+        ),
         ("not-utf8".into(), vec![0xff, 0xfe, 0xc0, 0x80]),
         // Just under the host's default request body limit, after base64.
         ("huge-random".into(), random_bytes(&mut rng, 190 * 1024)),
@@ -445,7 +442,12 @@ async fn check(args: CheckArgs, out: &mut (dyn std::io::Write + Send)) -> anyhow
         if let Some(dir) = &args.save_failures {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let all = cases(args.seed, args.cases, scratch.summary.rounds, sample.as_deref());
+        let all = cases(
+            args.seed,
+            args.cases,
+            scratch.summary.rounds,
+            sample.as_deref(),
+        );
         for case in &all {
             if report.failures.len() >= MAX_FAILURES {
                 report.stopped_early = true;
@@ -665,7 +667,10 @@ impl<B> Traced<B> {
     fn note(&self, op: &str, args: String, result: &dyn std::fmt::Debug) {
         let mut result = format!("{result:?}");
         if result.len() > MAX_TRACE {
-            let cut = (0..=MAX_TRACE).rev().find(|&i| result.is_char_boundary(i)).unwrap_or(0);
+            let cut = (0..=MAX_TRACE)
+                .rev()
+                .find(|&i| result.is_char_boundary(i))
+                .unwrap_or(0);
             result.truncate(cut);
             result.push('…');
         }
@@ -730,7 +735,11 @@ impl<B: TxBackend> TxBackend for Traced<B> {
         self.note("inventory-by-mac", format!("{mac:?}"), &r);
         r
     }
-    async fn bound_node(&mut self, kind: &str, value: &str) -> Result<Option<String>, BackendError> {
+    async fn bound_node(
+        &mut self,
+        kind: &str,
+        value: &str,
+    ) -> Result<Option<String>, BackendError> {
         let r = self.inner.bound_node(kind, value).await;
         self.note("bound-node", format!("{kind:?}, {value:?}"), &r);
         r
@@ -787,7 +796,11 @@ impl<B: TxBackend> TxBackend for Traced<B> {
         self.note("join-request", format!("{id:?}"), &r);
         r
     }
-    async fn consume_join_request(&mut self, attestor: &str, id: &str) -> Result<bool, BackendError> {
+    async fn consume_join_request(
+        &mut self,
+        attestor: &str,
+        id: &str,
+    ) -> Result<bool, BackendError> {
         let r = self.inner.consume_join_request(attestor, id).await;
         self.note("consume-join-request", format!("{id:?}"), &r);
         r
@@ -798,7 +811,12 @@ impl<B: TxBackend> TxBackend for Traced<B> {
         self.note("kv-get", format!("{key:?}"), &shown);
         r
     }
-    async fn kv_put(&mut self, attestor: &str, key: &str, value: &[u8]) -> Result<(), BackendError> {
+    async fn kv_put(
+        &mut self,
+        attestor: &str,
+        key: &str,
+        value: &[u8],
+    ) -> Result<(), BackendError> {
         let r = self.inner.kv_put(attestor, key, value).await;
         self.note("kv-put", format!("{key:?}, {}", short_hex(value)), &r);
         r

@@ -393,8 +393,12 @@ impl JoinService {
                 self.pki.clone(),
                 request.csr_sha256.clone(),
             );
-            let (attestors, db, request, round) =
-                (attestors.clone(), self.db.clone(), request.clone(), round.clone());
+            let (attestors, db, request, round) = (
+                attestors.clone(),
+                self.db.clone(),
+                request.clone(),
+                round.clone(),
+            );
             tokio::spawn(async move {
                 let verdict = match attestors.verify_shadow(&shadow, session, &request).await {
                     Some(call) => record::ShadowVerdict::of(shadow, call.result, call.elapsed),

@@ -199,8 +199,8 @@ pub struct LoadFailure {
     pub path: Option<PathBuf>,
     /// SHA-256 of the bytes that failed, when they could be read.
     pub sha256: Option<String>,
-    /// Why.
-    pub error: LoadError,
+    /// Why (boxed: a failure travels in `Result`s, and most loads succeed).
+    pub error: Box<LoadError>,
 }
 
 /// What one (re)load found: the attestors that serve now and why others did not load.
@@ -259,7 +259,7 @@ impl<B: TxBackend> LoadContext<'_, B> {
             id: None,
             path,
             sha256: Some(sha256),
-            error,
+            error: Box::new(error),
         })
     }
 }
@@ -325,7 +325,7 @@ pub(super) async fn load_all<B: TxBackend>(
                     id: None,
                     path: Some(dir.clone()),
                     sha256: None,
-                    error,
+                    error: Box::new(error),
                 });
             }
             Ok(files) => {
@@ -355,11 +355,11 @@ pub(super) async fn load_all<B: TxBackend>(
                             id: Some(summary.id.clone()),
                             path: Some(path.clone()),
                             sha256: Some(summary.sha256.clone()),
-                            error: LoadError::DuplicateId {
+                            error: Box::new(LoadError::DuplicateId {
                                 id: summary.id,
                                 first,
                                 second: origin,
-                            },
+                            }),
                         });
                         continue;
                     }
@@ -424,7 +424,7 @@ pub(super) async fn load_all<B: TxBackend>(
                 id: Some(id.clone()),
                 path: None,
                 sha256: None,
-                error: LoadError::UnknownAttestor(id.clone()),
+                error: Box::new(LoadError::UnknownAttestor(id.clone())),
             });
         }
     }
@@ -467,10 +467,10 @@ pub(super) async fn load_all<B: TxBackend>(
                 id: Some(l.summary.id.clone()),
                 path: None,
                 sha256: Some(l.summary.sha256.clone()),
-                error: LoadError::ShadowOfUnknown {
+                error: Box::new(LoadError::ShadowOfUnknown {
                     id: l.summary.id.clone(),
                     of: of.clone(),
-                },
+                }),
             });
             false
         }
@@ -500,7 +500,7 @@ async fn settle<B: TxBackend>(
             Source::BuiltIn => None,
         },
         sha256: Some(summary.sha256.clone()),
-        error,
+        error: Box::new(error),
     };
     if let Some(expected) = settings.and_then(|s| s.sha256.as_deref())
         && !expected.eq_ignore_ascii_case(&summary.sha256)
@@ -541,10 +541,10 @@ fn read_file(path: &Path) -> Result<Vec<u8>, LoadFailure> {
         id: None,
         path: Some(path.to_owned()),
         sha256: None,
-        error: LoadError::Read {
+        error: Box::new(LoadError::Read {
             path: path.to_owned(),
             source,
-        },
+        }),
     })
 }
 
@@ -587,7 +587,11 @@ pub(super) async fn load_one<B: TxBackend>(
         None => Component::new(&engine_owned, &bytes),
     })
     .await
-    .map_err(|e| compile(wasmtime::Error::msg(format!("the compiling task ended: {e}"))))?
+    .map_err(|e| {
+        compile(wasmtime::Error::msg(format!(
+            "the compiling task ended: {e}"
+        )))
+    })?
     .map_err(compile)?;
     check_wit_version(engine, &component, origin)?;
     let pre = linker

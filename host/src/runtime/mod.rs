@@ -25,10 +25,10 @@ use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
 
 pub use cache::CacheError;
-pub use registry::{Attestors, Change, ChangeKind, Reload};
 pub(crate) use call::is_code;
 pub use call::{CallOutcome, Fault};
 pub use loader::{AttestorSummary, LoadError, LoadFailure, Source};
+pub use registry::{Attestors, Change, ChangeKind, Reload};
 
 use crate::imports::{CallState, TxBackend};
 use bindings::AttestorPre;
@@ -239,7 +239,7 @@ impl<B: TxBackend> Runtime<B> {
         };
         let found = loader::load_all(&loader.context(), config, builtins, &[]).await;
         if let Some(failure) = found.failures.into_iter().next() {
-            return Err(RuntimeError::Load(failure.error));
+            return Err(RuntimeError::Load(*failure.error));
         }
         let empty = Attestors::empty(limits.clone());
         let (attestors, _) = empty.next(found.attestors, Vec::new(), &limits)?;
@@ -260,8 +260,7 @@ impl<B: TxBackend> Runtime<B> {
         let mut loader = self.loader.lock().await;
         let before = self.snapshot();
         let previous = before.loaded();
-        let found =
-            loader::load_all(&loader.context(), config, loader.builtins, &previous).await;
+        let found = loader::load_all(&loader.context(), config, loader.builtins, &previous).await;
         let mut needs_restart = Vec::new();
         let old = loader.config.clone();
         if old.call_timeout != config.call_timeout
@@ -285,8 +284,7 @@ impl<B: TxBackend> Runtime<B> {
                 }
                 loader.failures = keys;
                 if changes.iter().any(|c| c.kind != ChangeKind::LoadFailed) {
-                    *self.current.write().unwrap_or_else(PoisonError::into_inner) =
-                        Arc::new(next);
+                    *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
                 }
                 Reload {
                     changes,
