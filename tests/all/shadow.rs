@@ -6,57 +6,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gatehouse::store::AuditRow;
-use gatehouse_agent::{
-    EvidenceProducer, JoinClient, JoinError, JoinOptions, NodeKey, ProducerError, TokenProducer,
-    join,
-};
-use gatehouse_proto::{Challenge, Role, TokenString};
+use gatehouse_agent::{JoinError, TokenProducer};
+use gatehouse_proto::Role;
 
 use crate::common::{HostOptions, TestHost, backends};
-
-/// Evidence for a named attestor: the sealed token and nothing else.
-struct Named(&'static str);
-
-impl EvidenceProducer for Named {
-    fn attestor(&self) -> &str {
-        self.0
-    }
-    fn role(&self) -> Role {
-        Role::Node
-    }
-    fn evidence(&mut self, _: &[u8]) -> Result<Vec<u8>, ProducerError> {
-        Ok(vec![])
-    }
-    fn answer(&mut self, _: &Challenge, _: &[u8]) -> Result<Vec<u8>, ProducerError> {
-        Err(ProducerError::NoChallenges {
-            attestor: self.0.into(),
-        })
-    }
-}
-
-async fn join_with(
-    host: &TestHost,
-    producer: &mut dyn EvidenceProducer,
-    token: &TokenString,
-) -> Result<gatehouse_agent::Joined, JoinError> {
-    let client = JoinClient::new(&host.url(), &host.trust)?;
-    join(
-        &client,
-        &host.trust,
-        producer,
-        Some(token),
-        &NodeKey::generate()?,
-        &JoinOptions::default(),
-    )
-    .await
-}
-
-async fn uses_left(host: &TestHost, token: &TokenString) -> u32 {
-    let mut tx = host.running.db.begin().await.unwrap();
-    let left = tx.lock_token(&token.id).await.unwrap().unwrap().uses_left;
-    tx.commit().await.unwrap();
-    left
-}
+use crate::sandbox::{Named, join_with, uses_left};
 
 /// The audit rows of shadow `id`, waiting up to `within` for `n` of them.
 async fn shadow_rows(host: &TestHost, id: &str, n: usize, within: Duration) -> Vec<AuditRow> {
