@@ -15,6 +15,9 @@ use crate::pki::Pki;
 use crate::runtime::Runtime;
 use crate::store::Db;
 
+mod reload;
+pub use reload::AttestorWatch;
+
 include!(concat!(env!("OUT_DIR"), "/builtin_attestors.rs"));
 
 /// The built-in attestor components embedded in this binary: `(crate name, wasm bytes)`.
@@ -154,8 +157,34 @@ pub struct Running {
     pub observability: Option<ObservabilityServer>,
     /// The task that settles superseded certificates.
     sweeper: tokio::task::JoinHandle<()>,
+    /// Reloads the attestors (on a change in `attestors_dir`, and on SIGHUP).
+    pub attestors: Arc<AttestorWatch>,
+    /// The API's TLS certificate, replaced on SIGHUP.
+    tls: Arc<api::TlsCertificate>,
+    /// The configuration the host started with: what differs from it in a reloaded file and
+    /// cannot be applied is reported as needing a restart.
+    started: Config,
+    /// The poll of `attestors_dir`, stopped on shutdown.
+    watcher: Option<tokio::task::JoinHandle<()>>,
     /// The data directory's lock, held while the host runs on SQLite.
     _lock: Option<std::fs::File>,
+}
+
+/// What a reload (SIGHUP) did.
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// What changed among the attestors.
+    pub attestors: crate::runtime::Reload,
+    /// Whether the refusal sink was replaced (or removed).
+    pub sink_replaced: bool,
+    /// Whether the TLS certificate was loaded again.
+    pub tls_reloaded: bool,
+    /// Whether the log level was set.
+    pub log_level_set: bool,
+    /// What could not be applied, and why.
+    pub errors: Vec<String>,
+    /// Settings that changed but take effect only after a restart.
+    pub needs_restart: Vec<String>,
 }
 
 /// How long [`Running::shutdown`] lets the refusal sink deliver what is still queued.
@@ -165,6 +194,9 @@ impl Running {
     /// Stops the API (open connections finish their requests), lets the refusal sink deliver
     /// what is queued for at most [`SINK_DRAIN_DEADLINE`], and closes the database.
     pub async fn shutdown(self) {
+        if let Some(watcher) = &self.watcher {
+            watcher.abort();
+        }
         self.server.shutdown().await;
         if let Some(observability) = self.observability {
             observability.shutdown().await;
@@ -174,6 +206,107 @@ impl Running {
             sink.shutdown(SINK_DRAIN_DEADLINE).await;
         }
         self.db.close().await;
+    }
+}
+
+impl Running {
+    /// Applies a configuration read again (SIGHUP): the attestors and their settings, the
+    /// refusal sink, the TLS certificate (read again even when its paths are unchanged, so a
+    /// renewed certificate is picked up) and the log level. Every other setting that differs
+    /// from what the host started with is logged, and reported, as needing a restart. What
+    /// fails to apply leaves the current one in place and is logged.
+    pub async fn reload(&mut self, config: Config) -> Reloaded {
+        let mut done = Reloaded {
+            attestors: self.attestors.reload_with(config.runtime()).await,
+            ..Reloaded::default()
+        };
+        done.needs_restart
+            .append(&mut done.attestors.needs_restart.clone());
+
+        // Started again whenever one is configured, so a SIGHUP also reopens a rotated JSONL
+        // file; the old worker delivers what it has queued first.
+        if config.audit.sink.is_some() || self.sink.is_some() {
+            match config
+                .audit_sink()
+                .map(|c| RefusalSink::start(&c))
+                .transpose()
+            {
+                Ok(started) => {
+                    let (sink, worker) = started.unzip();
+                    self.join.set_sink(sink);
+                    if let Some(old) = std::mem::replace(&mut self.sink, worker) {
+                        old.shutdown(SINK_DRAIN_DEADLINE).await;
+                    }
+                    done.sink_replaced = true;
+                }
+                Err(e) => done.errors.push(format!("audit sink: {e}")),
+            }
+        }
+
+        match (
+            read(&config.path(&config.tls.cert)),
+            read(&config.path(&config.tls.key)),
+        ) {
+            (Ok(cert), Ok(key)) => match self.tls.replace(&cert, &key) {
+                Ok(()) => done.tls_reloaded = true,
+                Err(e) => done.errors.push(format!("TLS: {e}")),
+            },
+            (Err(e), _) | (_, Err(e)) => done.errors.push(format!("TLS: {e}")),
+        }
+
+        if let Some(level) = &config.log_level {
+            match crate::logging::set_filter(level) {
+                Ok(()) => done.log_level_set = true,
+                Err(e) => done.errors.push(format!("log_level: {e}")),
+            }
+        }
+
+        let started = &self.started;
+        for (changed, what) in [
+            (config.listen != started.listen, "listen"),
+            (config.database_url != started.database_url, "database_url"),
+            (config.data_dir != started.data_dir, "data_dir"),
+            (config.pki_bundle != started.pki_bundle, "pki_bundle"),
+            (config.secret_file != started.secret_file, "secret_file"),
+            (
+                config.admin_key_file != started.admin_key_file,
+                "admin_key_file",
+            ),
+            (
+                config.join.cert_ttl_seconds != started.join.cert_ttl_seconds,
+                "join.cert_ttl_seconds",
+            ),
+            (
+                config.reclaim_grants() != started.reclaim_grants(),
+                "attestors.<id>.reclaim",
+            ),
+            (
+                format!("{:?}", config.limits) != format!("{:?}", started.limits),
+                "[limits]",
+            ),
+            (
+                config.runtime.attestors_poll_ms != started.runtime.attestors_poll_ms,
+                "runtime.attestors_poll_ms",
+            ),
+        ] {
+            if changed {
+                done.needs_restart.push(what.to_owned());
+            }
+        }
+        for what in &done.needs_restart {
+            tracing::warn!(setting = %what, "changed in the configuration; takes effect only after a restart");
+        }
+        for error in &done.errors {
+            tracing::error!(%error, "not reloaded; the current setting stays");
+        }
+        tracing::info!(
+            attestor_changes = done.attestors.changes.len(),
+            sink_replaced = done.sink_replaced,
+            tls_reloaded = done.tls_reloaded,
+            log_level_set = done.log_level_set,
+            "configuration reloaded"
+        );
+        done
     }
 }
 
@@ -195,6 +328,11 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 
     let db = Db::connect(&database_url).await?;
     db.migrate().await?;
+    if let Some(level) = &config.log_level
+        && let Err(e) = crate::logging::set_filter(level)
+    {
+        tracing::warn!(error = %e, "log_level not applied");
+    }
     let runtime = Arc::new(Runtime::load(&config.runtime(), builtin_attestors()).await?);
     let mut join = JoinService::new(db.clone(), runtime, pki.clone(), config.join_settings());
     let mut sink = None;
@@ -206,7 +344,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let join = Arc::new(join);
 
     let tls_cert = read(&config.path(&config.tls.cert))?;
-    let tls = api::tls_config(
+    let (tls, tls_certificate) = api::tls_config(
         &tls_cert,
         &read(&config.path(&config.tls.key))?,
         pki.node_ca_der(),
@@ -251,6 +389,14 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     };
     let sweeper = tokio::spawn(sweep_superseded(db.clone()));
     tracing::info!(addr = %server.addr, trust_domain = %pki.trust_domain(), "gatehouse serving");
+    let attestors = AttestorWatch::new(join.clone(), db.clone(), config.runtime());
+    let watcher = (config.runtime.attestors_poll_ms > 0).then(|| {
+        tokio::spawn(
+            attestors
+                .clone()
+                .watch(Duration::from_millis(config.runtime.attestors_poll_ms)),
+        )
+    });
     Ok(Running {
         server,
         db,
@@ -259,6 +405,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         sink,
         observability,
         sweeper,
+        attestors,
+        tls: tls_certificate,
+        started: config.clone(),
+        watcher,
         _lock: lock,
     })
 }
@@ -528,6 +678,7 @@ pub mod dev {
             move |source| DevError::Io { path, source }
         };
         fs::create_dir_all(dir.join("tls")).map_err(io(dir))?;
+        fs::create_dir_all(dir.join("attestors")).map_err(io(dir))?;
         let mut created = Vec::new();
         let secret_path = dir.join("secret");
         if !secret_path.exists() {
@@ -582,7 +733,7 @@ pub mod dev {
         let config = dir.join("gatehouse.toml");
         if !config.exists() {
             let text = format!(
-                "# Written by `gatehouse serve --dev`.\ndata_dir = {dir:?}\nlisten = {listen:?}\npki_bundle = \"pki.json\"\nsecret_file = \"secret\"\nadmin_key_file = \"admin.key\"\n\n[tls]\ncert = \"tls/server.pem\"\nkey = \"tls/server.key\"\n\n[runtime]\n# Components dropped here are loaded at start, beside (or replacing, by id) the built-ins.\nattestors_dir = \"attestors\"\n",
+                "# Written by `gatehouse serve --dev`.\ndata_dir = {dir:?}\nlisten = {listen:?}\npki_bundle = \"pki.json\"\nsecret_file = \"secret\"\nadmin_key_file = \"admin.key\"\n\n[tls]\ncert = \"tls/server.pem\"\nkey = \"tls/server.key\"\n\n# Drop .wasm attestors here: added, replaced and removed files are picked up while serving.\n[runtime]\nattestors_dir = \"attestors\"\n",
                 dir = dir.display().to_string(),
             );
             write_new(&config, text.as_bytes(), 0o600)?;

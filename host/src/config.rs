@@ -7,6 +7,7 @@
 //! pki_bundle = "pki.json"          # relative paths are under data_dir
 //! secret_file = "secret"           # or GATEHOUSE_SECRET
 //! admin_key_file = "admin.key"
+//! # log_level = "info,gatehouse=debug"   # tracing filter; GATEHOUSE_LOG wins when set
 //!
 //! [tls]
 //! cert = "tls/server.pem"
@@ -17,11 +18,16 @@
 //! memory_limit_mib = 64
 //! max_calls_per_attestor = 4       # past it a join waits (2 s at most), then attestor-busy
 //! attestors_dir = "attestors"
+//! attestors_poll_ms = 1000         # look for added/replaced/removed files; 0: only on SIGHUP
 //!
 //! [attestors.join-token]
 //! sha256 = "…"                     # optional pin
 //! # reclaim = true                 # may re-key nodes without a token (see JoinService)
 //! [attestors.join-token.config]    # handed to the attestor as JSON
+//!
+//! [attestors.join-token-next]      # a candidate run beside join-token, never acting
+//! shadow_of = "join-token"
+//! file = "join-token-2.wasm"       # under attestors_dir; not loaded as a live attestor
 //!
 //! [limits]                         # what one client may hold (defaults shown)
 //! max_connections = 1024
@@ -111,6 +117,10 @@ pub struct Config {
     pub admin_key_file: PathBuf,
     /// The API's TLS certificate and key.
     pub tls: TlsConfig,
+    /// The log filter (`info`, `warn,gatehouse=debug`, …), applied at start and on SIGHUP
+    /// unless the `GATEHOUSE_LOG` environment variable set one.
+    #[serde(default)]
+    pub log_level: Option<String>,
     /// Attestor runtime limits.
     #[serde(default)]
     pub runtime: RuntimeSection,
@@ -344,6 +354,9 @@ pub struct RuntimeSection {
     pub attestors_dir: Option<PathBuf>,
     /// Compiled-component cache (default `<data_dir>/cache`).
     pub cache_dir: Option<PathBuf>,
+    /// How often the host looks at `attestors_dir` for added, replaced and removed files, in
+    /// ms (0: only on SIGHUP).
+    pub attestors_poll_ms: u64,
 }
 
 impl Default for RuntimeSection {
@@ -355,6 +368,7 @@ impl Default for RuntimeSection {
             max_calls_per_attestor: crate::runtime::DEFAULT_CALLS_PER_ATTESTOR,
             attestors_dir: None,
             cache_dir: None,
+            attestors_poll_ms: 1000,
         }
     }
 }
@@ -396,6 +410,15 @@ pub struct AttestorSection {
     /// component, or a file replacing a built-in) only when this says `true`.
     #[serde(default)]
     pub reclaim: Option<bool>,
+    /// Run this attestor as a shadow beside the live attestor named here: on the same
+    /// requests, with its writes never applied, its verdict recorded in the audit and never
+    /// acted on. A join request cannot name a shadow.
+    #[serde(default)]
+    pub shadow_of: Option<String>,
+    /// A shadow's component file (relative: under `attestors_dir`), loaded under this id
+    /// whatever id it describes itself by, and not as a live attestor.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
     /// Configuration keys whose value is read from files when the host starts: each key
     /// names a file (the value is a one-string array of its text) or a directory (one string
     /// per file in it, by name, dot files skipped), e.g. `ekRoots = "/etc/gatehouse/tpm-roots"`
@@ -560,7 +583,30 @@ impl Config {
                 "audit.sink.timeout_ms must be 1 to 60000".into(),
             ));
         }
+        if self.runtime.attestors_poll_ms != 0
+            && !(100..=3_600_000).contains(&self.runtime.attestors_poll_ms)
+        {
+            return Err(ConfigError::Invalid(
+                "runtime.attestors_poll_ms must be 0 (only on SIGHUP) or 100 to 3600000".into(),
+            ));
+        }
         for (id, section) in &self.attestors {
+            if section.file.is_some() && section.shadow_of.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "attestors.{id}.file is only for a shadow (set attestors.{id}.shadow_of)"
+                )));
+            }
+            if let Some(of) = &section.shadow_of {
+                let shadowed = self.attestors.get(of);
+                if of == id
+                    || !crate::join::request::valid_attestor_id(of)
+                    || shadowed.is_some_and(|s| s.shadow_of.is_some())
+                {
+                    return Err(ConfigError::Invalid(format!(
+                        "attestors.{id}.shadow_of must name another, live attestor"
+                    )));
+                }
+            }
             if let Some(pin) = &section.sha256
                 && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
             {
@@ -642,6 +688,11 @@ impl Config {
                         AttestorSettings {
                             sha256: s.sha256.clone(),
                             config,
+                            shadow_of: s.shadow_of.clone(),
+                            file: s.file.as_deref().map(|f| match &r.attestors_dir {
+                                Some(dir) if f.is_relative() => self.path(dir).join(f),
+                                _ => self.path(f),
+                            }),
                         },
                     )
                 })
@@ -736,6 +787,39 @@ mod tests {
                 .contains("64 hex")
         );
         assert!(parse(&format!("{BASE}bogus = 1\n")).is_err());
+    }
+
+    #[test]
+    fn shadows_and_the_poll() {
+        let c = parse(&format!(
+            "{BASE}[runtime]\nattestors_dir = \"a\"\n[attestors.next]\nshadow_of = \"join-token\"\nfile = \"jt2.wasm\"\n"
+        ))
+        .unwrap();
+        let next = &c.runtime().attestors["next"];
+        assert_eq!(next.shadow_of.as_deref(), Some("join-token"));
+        assert_eq!(next.file.as_deref(), Some(Path::new("/d/a/jt2.wasm")));
+        assert_eq!(c.runtime.attestors_poll_ms, 1000);
+        for (bad, says) in [
+            ("[attestors.x]\nfile = \"x.wasm\"\n", "only for a shadow"),
+            (
+                "[attestors.x]\nshadow_of = \"x\"\n",
+                "another, live attestor",
+            ),
+            (
+                "[attestors.x]\nshadow_of = \"y\"\n[attestors.y]\nshadow_of = \"join-token\"\n",
+                "another, live attestor",
+            ),
+            (
+                "[attestors.x]\nshadow_of = \"Not An Id\"\n",
+                "another, live attestor",
+            ),
+            ("[runtime]\nattestors_poll_ms = 5\n", "attestors_poll_ms"),
+        ] {
+            let e = parse(&format!("{BASE}{bad}")).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert!(parse(&format!("{BASE}[runtime]\nattestors_poll_ms = 0\n")).is_ok());
+        assert!(parse(&format!("log_level = \"warn\"\n{BASE}")).is_ok());
     }
 
     #[test]

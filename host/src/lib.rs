@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod imports;
 pub mod join;
+pub mod logging;
 pub mod metrics;
 pub mod pki;
 pub mod runtime;

@@ -5,7 +5,7 @@ use clap::Parser as _;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = gatehouse::cli::Cli::parse();
-    gatehouse::cli::init_logging(cli.log_format(), "GATEHOUSE_LOG");
+    gatehouse::logging::init(cli.log_format());
     match gatehouse::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<gatehouse::cli::NotConfirmed>().is_some() => {

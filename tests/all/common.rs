@@ -62,6 +62,10 @@ pub struct HostOptions {
     pub renewal_grace_seconds: Option<u32>,
     /// `[observability] metrics_listen`.
     pub metrics_listen: Option<String>,
+    /// Shadows: `[attestors.<id>] shadow_of = <of>` (and `file`, a component path).
+    pub shadows: Vec<(String, String, Option<PathBuf>)>,
+    /// `[runtime] attestors_poll_ms`, when not the default.
+    pub attestors_poll_ms: Option<u64>,
 }
 
 impl HostOptions {
@@ -81,6 +85,8 @@ impl HostOptions {
             limits: None,
             renewal_grace_seconds: None,
             metrics_listen: None,
+            shadows: vec![],
+            attestors_poll_ms: None,
         }
     }
 }
@@ -131,6 +137,8 @@ pub struct TestHost {
     pub admin_key: String,
     /// The database URL the host runs on.
     pub database_url: String,
+    /// The host's data directory (its `attestors/` is the attestors directory).
+    pub data: PathBuf,
     created_database: Option<String>,
 }
 
@@ -205,6 +213,14 @@ impl TestHost {
             let table: toml::Table = must(serde_json::from_value(table.clone()), "attestor config");
             config.attestors.entry(id.clone()).or_default().config = Some(table);
         }
+        for (id, of, file) in &opts.shadows {
+            let section = config.attestors.entry(id.clone()).or_default();
+            section.shadow_of = Some(of.clone());
+            section.file = file.clone();
+        }
+        if let Some(ms) = opts.attestors_poll_ms {
+            config.runtime.attestors_poll_ms = ms;
+        }
         for (id, granted) in &opts.reclaim_grants {
             config.attestors.entry(id.clone()).or_default().reclaim = Some(*granted);
         }
@@ -255,6 +271,7 @@ impl TestHost {
             trust,
             admin_key,
             database_url,
+            data,
             created_database,
         })
     }

@@ -13,7 +13,7 @@ use gatehouse_proto::{Challenge, Role, TokenString};
 use crate::common::{Backend, HostOptions, TestHost};
 
 /// Evidence for a named attestor: the sealed token and nothing else.
-struct Named(&'static str);
+pub(crate) struct Named(pub(crate) &'static str);
 
 impl EvidenceProducer for Named {
     fn attestor(&self) -> &str {
@@ -40,7 +40,7 @@ async fn host_with(fixture: &str) -> TestHost {
     .await
 }
 
-async fn join_with(
+pub(crate) async fn join_with(
     host: &TestHost,
     producer: &mut dyn EvidenceProducer,
     token: &TokenString,
@@ -57,7 +57,7 @@ async fn join_with(
     .await
 }
 
-async fn uses_left(host: &TestHost, token: &TokenString) -> u32 {
+pub(crate) async fn uses_left(host: &TestHost, token: &TokenString) -> u32 {
     let mut tx = host.running.db.begin().await.unwrap();
     let left = tx.lock_token(&token.id).await.unwrap().unwrap().uses_left;
     tx.commit().await.unwrap();

@@ -740,6 +740,6 @@ pub(super) async fn list_attestors(
     headers: HeaderMap,
 ) -> Result<Json<Vec<AttestorSummary>>, ApiError> {
     authorize(&state, &headers)?;
-    let list: Vec<_> = state.join.runtime().attestors().cloned().collect();
+    let list = state.join.runtime().attestors();
     Ok(Json(list))
 }

@@ -183,29 +183,80 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .with_state(state)
 }
 
-/// A rustls server configuration from PEM files' contents. Clients may present a node
-/// certificate (issued under `node_ca_der`) for renewal; none is required.
+/// The API's TLS server configuration over `cert_pem` (chain, leaf first) and `key_pem`, asking
+/// clients for a node certificate of `node_ca_der` (verified by the renew and site routes), and
+/// the handle that replaces the certificate while serving ([`TlsCertificate::replace`]).
 pub fn tls_config(
     cert_pem: &[u8],
     key_pem: &[u8],
     node_ca_der: &[u8],
-) -> Result<Arc<rustls::ServerConfig>, ApiError> {
-    let certs = rustls_pemfile::certs(&mut &cert_pem[..])
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ApiError::InvalidInput(format!("TLS certificate: {e}")))?;
-    let key = rustls_pemfile::private_key(&mut &key_pem[..])
-        .map_err(|e| ApiError::InvalidInput(format!("TLS key: {e}")))?
-        .ok_or_else(|| ApiError::InvalidInput("TLS key file holds no private key".into()))?;
+) -> Result<(Arc<rustls::ServerConfig>, Arc<TlsCertificate>), ApiError> {
     let (_, node_ca) = x509_parser::parse_x509_certificate(node_ca_der)
         .map_err(|e| ApiError::InvalidInput(format!("node CA: {e}")))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let certificate = Arc::new(TlsCertificate(std::sync::RwLock::new(certified_key(
+        cert_pem, key_pem, &provider,
+    )?)));
     let verifier = mtls::NodeCertProof::new(node_ca.subject().as_raw().to_vec(), &provider);
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| ApiError::InvalidInput(format!("TLS: {e}")))?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .map_err(|e| ApiError::InvalidInput(format!("TLS certificate and key: {e}")))?;
+        .with_cert_resolver(certificate.clone());
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), certificate))
+}
+
+/// The API's TLS certificate and key, replaceable while the server runs: handshakes after
+/// [`TlsCertificate::replace`] present the new one, connections already open keep theirs.
+#[derive(Debug)]
+pub struct TlsCertificate(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+
+impl TlsCertificate {
+    /// Loads a new certificate chain and key; on any error (unreadable PEM, no key, a key that
+    /// does not match the certificate) the current one stays.
+    pub fn replace(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), ApiError> {
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let key = certified_key(cert_pem, key_pem, &provider)?;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = key;
+        Ok(())
+    }
+}
+
+impl rustls::server::ResolvesServerCert for TlsCertificate {
+    fn resolve(
+        &self,
+        _: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(
+            self.0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+}
+
+fn certified_key(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<Arc<rustls::sign::CertifiedKey>, ApiError> {
+    let certs = rustls_pemfile::certs(&mut &cert_pem[..])
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApiError::InvalidInput(format!("TLS certificate: {e}")))?;
+    if certs.is_empty() {
+        return Err(ApiError::InvalidInput(
+            "TLS certificate file holds no certificate".into(),
+        ));
+    }
+    let key = rustls_pemfile::private_key(&mut &key_pem[..])
+        .map_err(|e| ApiError::InvalidInput(format!("TLS key: {e}")))?
+        .ok_or_else(|| ApiError::InvalidInput("TLS key file holds no private key".into()))?;
+    rustls::sign::CertifiedKey::from_der(certs, key, provider)
+        .map(Arc::new)
+        .map_err(|e| ApiError::InvalidInput(format!("TLS certificate and key: {e}")))
 }

@@ -165,7 +165,7 @@ pub async fn readiness(db: &Db, join: &JoinService) -> Readiness {
         tx.now().await
     })
     .await;
-    let attestors = join.runtime().attestors().count();
+    let attestors = join.runtime().attestors().len();
     let (database, error) = match database {
         Ok(Ok(_)) => (true, None),
         Ok(Err(e)) => (false, Some(format!("database: {e}"))),

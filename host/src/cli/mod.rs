@@ -1,6 +1,7 @@
 //! The `gatehouse` command line.
 
 mod admin;
+mod attestors;
 pub mod bench;
 mod pki_init;
 mod pki_trust;
@@ -29,22 +30,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object a line.
     Json,
-}
-
-/// Installs the process's log subscriber: `GATEHOUSE_LOG` (an `EnvFilter`, default `info`) to
-/// stderr in `format`. Colour codes are written only to a terminal, never into a file or a
-/// pipe.
-pub fn init_logging(format: LogFormat, filter_env: &str) {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_env(filter_env)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().with_current_span(false).init(),
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-    }
 }
 
 /// An error and its causes as one line, each cause once (see
@@ -105,10 +90,11 @@ enum Command {
     Events(admin::EventsArgs),
     /// Prints the audit records of join rounds, one JSON object a line (through the admin API).
     Audits(admin::AuditsArgs),
-    /// Attestors (through the admin API).
+    /// Attestors: list what a host runs (through the admin API); check or try a component
+    /// before deploying it.
     Attestors {
         #[command(subcommand)]
-        command: admin::AttestorsCommand,
+        command: attestors::Command,
     },
     /// Measures joins and attestor calls; prints one JSON line.
     Bench(bench::BenchArgs),
@@ -197,7 +183,7 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Prune { command } => admin::prune(command, out).await,
         Command::Events(args) => admin::events(args).await,
         Command::Audits(args) => admin::audits(args, out).await,
-        Command::Attestors { command } => admin::attestors(command).await,
+        Command::Attestors { command } => attestors::run(command, out).await,
         Command::Bench(args) => bench::run(args).await,
     }
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
+use tokio::signal::unix::SignalKind;
 
 use crate::app;
 use crate::config::Config;
@@ -29,18 +30,54 @@ pub(super) struct ServeArgs {
 const DEV_LISTEN: &str = "127.0.0.1:8443";
 
 pub(super) async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let config = load(args)?;
-    let running = app::start(&config).await?;
+    let (config, source) = load(args)?;
+    // Before the host starts: a SIGHUP during start-up must not kill it either.
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut running = app::start(&config).await?;
     println!("gatehouse listening on https://{}", running.server.addr);
-    shutdown_signal().await;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = hangup.recv() => {
+                tracing::info!(config = %source.path.display(), "SIGHUP: reloading the configuration");
+                match source.read() {
+                    Ok(config) => {
+                        running.reload(config).await;
+                    }
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: the configuration does not load; nothing changed"),
+                }
+            }
+        }
+    }
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
 }
 
+/// Where the served configuration comes from, read at start and again on SIGHUP.
+struct ConfigSource {
+    path: PathBuf,
+    /// `--dev --listen`: wins over the file's address on every read.
+    listen: Option<String>,
+}
+
+impl ConfigSource {
+    fn read(&self) -> anyhow::Result<Config> {
+        let mut config = Config::load(&self.path)?;
+        // The configuration file of an existing dev directory names the address of its first
+        // run; --listen given now wins.
+        if let Some(listen) = &self.listen {
+            config.listen = listen.clone();
+        }
+        Ok(config)
+    }
+}
+
 /// The configuration to serve: the file `--config` names, or with `--dev` the data
 /// directory's (made first where missing), listening on `--listen` when given.
-fn load(args: ServeArgs) -> anyhow::Result<Config> {
+fn load(args: ServeArgs) -> anyhow::Result<(Config, ConfigSource)> {
     let config_path = match (args.config, args.data_dir) {
         (Some(path), _) => path,
         (None, Some(dir)) => {
@@ -60,34 +97,15 @@ fn load(args: ServeArgs) -> anyhow::Result<Config> {
         }
         (None, None) => anyhow::bail!("--config or --dev --data-dir is required"),
     };
-    let mut config = Config::load(&config_path)?;
-    // The configuration file of an existing dev directory names the address of its first
-    // run; --listen given now wins.
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    Ok(config)
+    let source = ConfigSource {
+        path: config_path,
+        listen: args.listen,
+    };
+    Ok((source.read()?, source))
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+fn signal(kind: SignalKind) -> anyhow::Result<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(kind).context("installing a signal handler")
 }
 
 #[cfg(test)]
@@ -107,16 +125,16 @@ mod tests {
     #[test]
     fn dev_honours_listen_on_every_run() {
         let dir = tempfile::tempdir().unwrap();
-        let first = load(dev(dir.path(), Some("127.0.0.1:18443"))).unwrap();
+        let first = load(dev(dir.path(), Some("127.0.0.1:18443"))).unwrap().0;
         assert_eq!(first.listen, "127.0.0.1:18443");
         // The directory exists now; a later --listen still wins over the file.
-        let second = load(dev(dir.path(), Some("127.0.0.1:28443"))).unwrap();
+        let second = load(dev(dir.path(), Some("127.0.0.1:28443"))).unwrap().0;
         assert_eq!(second.listen, "127.0.0.1:28443");
         // Without --listen, the file's (written by the first run).
-        let third = load(dev(dir.path(), None)).unwrap();
+        let third = load(dev(dir.path(), None)).unwrap().0;
         assert_eq!(third.listen, "127.0.0.1:18443");
         // A fresh directory without --listen gets the default.
         let other = tempfile::tempdir().unwrap();
-        assert_eq!(load(dev(other.path(), None)).unwrap().listen, DEV_LISTEN);
+        assert_eq!(load(dev(other.path(), None)).unwrap().0.listen, DEV_LISTEN);
     }
 }

@@ -123,7 +123,8 @@ pub struct JoinService {
     pki: Arc<Pki>,
     settings: JoinSettings,
     /// Where refusals are copied to, if configured ([`sink`]).
-    sink: Option<sink::RefusalSink>,
+    /// Replaced by a reload (SIGHUP) when `[audit.sink]` changes.
+    sink: std::sync::RwLock<Option<sink::RefusalSink>>,
     /// Records of rounds the database could not take, until it can.
     backlog: Arc<backlog::Backlog>,
     /// What `/metrics` shows about rounds.
@@ -143,7 +144,7 @@ impl JoinService {
             runtime,
             pki,
             settings,
-            sink: None,
+            sink: std::sync::RwLock::new(None),
             backlog: Arc::default(),
             metrics: Arc::default(),
         }
@@ -154,9 +155,14 @@ impl JoinService {
         &self.metrics
     }
 
-    /// Refusals the audit sink dropped so far (0 without a sink).
+    /// Refusals the current audit sink dropped so far (0 without a sink; a sink replaced by a
+    /// reload starts again at 0).
     pub fn sink_dropped(&self) -> u64 {
-        self.sink.as_ref().map_or(0, sink::RefusalSink::dropped)
+        self.sink
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, sink::RefusalSink::dropped)
     }
 
     /// The log line of a decided round, and its count in the metrics.
@@ -188,9 +194,18 @@ impl JoinService {
     }
 
     /// Copies every refusal to `sink` too (after its audit row and event are written).
-    pub fn with_sink(mut self, sink: sink::RefusalSink) -> Self {
-        self.sink = Some(sink);
+    pub fn with_sink(self, sink: sink::RefusalSink) -> Self {
+        self.set_sink(Some(sink));
         self
+    }
+
+    /// Copies refusals from now on to `sink` (or to none); returns the one it replaces.
+    pub fn set_sink(&self, sink: Option<sink::RefusalSink>) -> Option<sink::RefusalSink> {
+        let mut current = self
+            .sink
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::mem::replace(&mut *current, sink)
     }
 
     /// The attestors this service runs.
@@ -288,11 +303,16 @@ impl JoinService {
             }
         };
         round.token_id = token.as_ref().map(|t| t.id.clone());
-        if !self.runtime.contains(&round.attestor) {
+        // One version of the attestors decides the round, reruns included: a reload swaps in
+        // the next version for the rounds that start after it ([`Runtime::snapshot`]).
+        let attestors = self.runtime.snapshot();
+        let Some(summary) = attestors.summary(&round.attestor) else {
             return Err(self
                 .refuse(round, Decision::host(Refusal::UnknownAttestor))
                 .await);
-        }
+        };
+        round.attestor_sha256 = Some(summary.sha256.clone());
+        round.attestor_built_in = summary.source == crate::runtime::Source::BuiltIn;
         let claims = match request::normalise_claims(&request.claims) {
             Ok(claims) => claims,
             Err(e) => {
@@ -319,6 +339,7 @@ impl JoinService {
             round: round.round,
         };
 
+        self.shadows(&attestors, round, &wit_request);
         let mut attempt = 1;
         loop {
             // The guest runs on committed reads with its writes buffered: no transaction, no
@@ -330,8 +351,7 @@ impl JoinService {
                 self.pki.clone(),
                 csr.sha256.to_vec(),
             );
-            let call = self
-                .runtime
+            let call = attestors
                 .verify(&round.attestor, session, &wit_request)
                 .await;
             round.elapsed += call.elapsed;
@@ -421,6 +441,50 @@ impl JoinService {
         }
     }
 
+    /// Starts the shadows of the round's attestor on the same request, each in a task of its
+    /// own: the round never waits for them (a shadow runs only on a free call share and slot,
+    /// on its own guest thread, within its own deadline), their writes are buffered and
+    /// dropped, never applied, and each verdict becomes an audit row of its own
+    /// ([`record::write_shadow`]). A shadow reads what is committed when it reads: usually
+    /// what the live attestor read, but a round the live attestor commits first (a token it
+    /// spent) can show in the shadow's verdict.
+    fn shadows(
+        &self,
+        attestors: &Arc<crate::runtime::Attestors<Staged>>,
+        round: &Round,
+        request: &wit::JoinRequest,
+    ) {
+        for shadow in attestors.shadows_of(&round.attestor) {
+            // It runs as the attestor it shadows: the request names that one, and its key/value
+            // space is that one's (read only: nothing it writes is applied).
+            let session = Session::new(
+                round.attestor.clone(),
+                Staged::new(self.db.clone(), round.attestor.clone()),
+                self.pki.clone(),
+                request.csr_sha256.clone(),
+            );
+            let (attestors, db, request, round) = (
+                attestors.clone(),
+                self.db.clone(),
+                request.clone(),
+                round.clone(),
+            );
+            tokio::spawn(async move {
+                let verdict = match attestors.verify_shadow(&shadow, session, &request).await {
+                    Some(call) => record::ShadowVerdict::of(shadow, call.result, call.elapsed),
+                    None => record::ShadowVerdict::of(
+                        shadow,
+                        Err(crate::runtime::Fault::Busy),
+                        std::time::Duration::ZERO,
+                    ),
+                };
+                if let Err(e) = record::write_shadow(&db, &round, &verdict).await {
+                    tracing::warn!(attestor = %verdict.attestor, error = %e, "could not record a shadow's verdict");
+                }
+            });
+        }
+    }
+
     /// The locked phase of one attempt: one short write transaction that locks and re-reads
     /// what the attestor read, applies its buffered writes, and defers or admits.
     async fn locked_phase(
@@ -492,15 +556,13 @@ impl JoinService {
 
     /// Whether the operator lets `attestor` re-key nodes without a token: its
     /// `[attestors.<id>] reclaim`, else the default of the built-ins that need it.
-    fn reclaim_granted(&self, attestor: &str) -> bool {
+    /// Whether it is the built-in is read from the version that decided the round.
+    fn reclaim_granted(&self, round: &Round) -> bool {
+        let attestor = round.attestor.as_str();
         if let Some(granted) = self.settings.reclaim_grants.get(attestor) {
             return *granted;
         }
-        RECLAIMING_BUILT_INS.contains(&attestor)
-            && self
-                .runtime
-                .attestors()
-                .any(|a| a.id == attestor && a.source == crate::runtime::Source::BuiltIn)
+        RECLAIMING_BUILT_INS.contains(&attestor) && round.attestor_built_in
     }
 
     async fn defer(
@@ -588,7 +650,7 @@ impl JoinService {
                 }
             }
         }
-        let reclaim_granted = self.reclaim_granted(&round.attestor);
+        let reclaim_granted = self.reclaim_granted(round);
 
         // The policy, then one machine, one node: a join whose trusted hardware key another
         // node holds re-keys that node (when the token allows it) and is checked again as such.
@@ -904,7 +966,12 @@ impl JoinService {
                 tracing::error!(attestor = %round.attestor, error = %e, "could not record a refused join")
             }
         }
-        if let Some(sink) = &self.sink {
+        let sink = self
+            .sink
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(sink) = &sink {
             sink.offer(record::refusal(round, &decision, at));
         }
         if at.is_none() {

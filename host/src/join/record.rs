@@ -40,6 +40,10 @@ pub(super) struct Round {
     pub subject: Option<String>,
     pub node_key: NodeKey,
     pub elapsed: Duration,
+    /// SHA-256 of the attestor version that decided the round (the event says which).
+    pub attestor_sha256: Option<String>,
+    /// Whether that version is the one built into the binary (not a file replacing it).
+    pub attestor_built_in: bool,
 }
 
 impl Round {
@@ -56,6 +60,8 @@ impl Round {
             subject: None,
             node_key: NodeKey::Unattested,
             elapsed: Duration::ZERO,
+            attestor_sha256: None,
+            attestor_built_in: false,
         }
     }
 
@@ -158,6 +164,8 @@ impl Decision {
             (Op::Join, AuditResult::Admitted) => "node.joined",
             (Op::Join, AuditResult::Deferred) => "join.deferred",
             (Op::Join, AuditResult::Refused) => "security.join.refused",
+            // Never written through here: a shadow's verdict has an audit row and no event.
+            (Op::Join, _) => "join.shadow",
             (Op::Renew, AuditResult::Refused) => "security.renew.refused",
             // A renewal is never deferred.
             (Op::Renew, _) => "node.renewed",
@@ -194,6 +202,7 @@ pub(super) async fn write_at(
         "tenantId": round.tenant_id,
         "subject": round.subject,
         "nodeKey": node_key,
+        "attestorSha256": round.attestor_sha256,
     });
     if let Some(fields) = payload.as_object_mut() {
         if let Some(qualified) = decision.qualified_reason() {
@@ -229,6 +238,103 @@ pub(super) async fn write_at(
     })
     .await?;
     Ok(())
+}
+
+/// A shadow attestor's verdict on a round: an audit row of its own (attestor: the shadow's
+/// id; result: `shadow-*`; the round's CSR hash, so it reads beside the live row), no event,
+/// no sink copy, a log line. What the shadow named (node, token, subject) is recorded as it
+/// said it, unchecked: nothing acts on it.
+pub(super) async fn write_shadow(
+    db: &crate::store::Db,
+    round: &Round,
+    shadow: &ShadowVerdict,
+) -> Result<(), StoreError> {
+    tracing::info!(
+        attestor = %shadow.attestor,
+        shadow_of = %round.attestor,
+        round = round.round,
+        result = shadow.result.as_str(),
+        reason = shadow.reason.as_deref().unwrap_or(""),
+        call_us = shadow.elapsed.as_micros() as u64,
+        "shadow verdict"
+    );
+    let mut tx = db.begin().await?;
+    let at = tx.now().await?;
+    tx.insert_audit(&NewAudit {
+        at,
+        attestor: shadow.attestor.clone(),
+        round: u32::from(round.round),
+        result: shadow.result,
+        reason: shadow.reason.clone(),
+        node_id: shadow.node_id.clone(),
+        token_id: shadow.token_id.clone().or_else(|| round.token_id.clone()),
+        subject: shadow.subject.clone(),
+        node_key: None,
+        csr_sha256: round.csr_sha256,
+        client_addr: round.client.addr.map(|a| a.to_string()),
+    })
+    .await?;
+    tx.commit().await
+}
+
+/// What a shadow attestor said about a round.
+pub(super) struct ShadowVerdict {
+    pub attestor: String,
+    pub result: AuditResult,
+    pub reason: Option<String>,
+    pub node_id: Option<String>,
+    pub token_id: Option<String>,
+    pub subject: Option<String>,
+    pub elapsed: Duration,
+}
+
+impl ShadowVerdict {
+    /// The verdict of shadow `attestor`'s call: its outcome, or the refusal a fault would have
+    /// been (`attestor-busy` for a shadow that did not run because it had no free slot).
+    pub(super) fn of(
+        attestor: String,
+        result: Result<crate::runtime::bindings::types::Outcome, crate::runtime::Fault>,
+        elapsed: Duration,
+    ) -> Self {
+        use crate::runtime::bindings::types::Outcome;
+        let verdict = |result, reason| Self {
+            attestor: attestor.clone(),
+            result,
+            reason,
+            node_id: None,
+            token_id: None,
+            subject: None,
+            elapsed,
+        };
+        match result {
+            Ok(Outcome::Admitted(r)) => Self {
+                node_id: r.node_id,
+                token_id: r.token_id,
+                subject: r.subject,
+                ..verdict(AuditResult::ShadowAdmitted, None)
+            },
+            Ok(Outcome::Deferred(_)) => verdict(AuditResult::ShadowDeferred, None),
+            Ok(Outcome::Refused(r)) => Self {
+                node_id: r.node_id,
+                token_id: r.token_id,
+                ..verdict(AuditResult::ShadowRefused, Some(r.reason))
+            },
+            Err(fault) => verdict(AuditResult::ShadowRefused, Some(shadow_fault(&fault))),
+        }
+    }
+}
+
+/// The reason a shadow's fault is recorded with: finer than the live path's `attestor-fault`,
+/// since telling a candidate's timeout from its trap is what the shadow is run for.
+fn shadow_fault(fault: &crate::runtime::Fault) -> String {
+    use crate::runtime::Fault;
+    match fault {
+        Fault::Timeout => "attestor-timeout".to_owned(),
+        Fault::OutOfMemory => "attestor-out-of-memory".to_owned(),
+        Fault::Trap(_) => "attestor-trap".to_owned(),
+        Fault::Malformed(_) => "attestor-malformed".to_owned(),
+        other => super::Refusal::of_fault(other).reason(),
+    }
 }
 
 /// The sink's copy of a refused round, at the time of its audit row (or, if that was not

@@ -44,6 +44,7 @@ pub enum CacheError {
 }
 
 /// Compiled components keyed by source hash and engine.
+#[derive(Clone)]
 pub(super) struct ComponentCache {
     dir: PathBuf,
     engine_key: String,

@@ -47,6 +47,10 @@ pub struct AttestorSummary {
     pub source: Source,
     /// SHA-256 of the component bytes, lowercase hex.
     pub sha256: String,
+    /// For a shadow (`[attestors.<id>] shadow_of`): the live attestor it runs beside. A join
+    /// request cannot name a shadow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow_of: Option<String>,
 }
 
 /// Why an attestor was refused at load.
@@ -131,6 +135,14 @@ pub enum LoadError {
         "the configuration has settings for attestor {0}, which is not loaded (built-ins and attestors_dir)"
     )]
     UnknownAttestor(String),
+    /// A shadow names an attestor that is not loaded, or is itself a shadow.
+    #[error("shadow attestor {id} runs beside {of}, which is not a loaded live attestor")]
+    ShadowOfUnknown {
+        /// The shadow.
+        id: String,
+        /// What it names.
+        of: String,
+    },
     /// The attestor rejected its configuration.
     #[error("attestor {id} rejected its configuration: {message}")]
     Configure {
@@ -141,6 +153,25 @@ pub enum LoadError {
     },
 }
 
+impl LoadError {
+    /// A short stable code for events and scripts (`attestor.load-failed`'s reason).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LoadError::Read { .. } => "unreadable",
+            LoadError::Compile { .. } => "not-a-component",
+            LoadError::WitVersion { .. } => "wit-version",
+            LoadError::NotAnAttestor { .. } => "not-an-attestor",
+            LoadError::Link { .. } => "unlinkable",
+            LoadError::Describe { .. } => "describe",
+            LoadError::DuplicateId { .. } => "duplicate-id",
+            LoadError::PinMismatch { .. } => "sha256-pin",
+            LoadError::UnknownAttestor(_) => "unknown-attestor",
+            LoadError::ShadowOfUnknown { .. } => "shadow-of-unknown",
+            LoadError::Configure { .. } => "configure",
+        }
+    }
+}
+
 /// One loaded attestor, before the runtime indexes it.
 pub(super) struct LoadedAttestor<B: TxBackend> {
     pub summary: AttestorSummary,
@@ -148,92 +179,373 @@ pub(super) struct LoadedAttestor<B: TxBackend> {
     pub config: String,
 }
 
-/// Loads built-ins, then the directory (replacing built-ins by id), then applies settings.
+// Not derived: a derive would ask for `B: Clone`, which a backend need not be.
+impl<B: TxBackend> Clone for LoadedAttestor<B> {
+    fn clone(&self) -> Self {
+        Self {
+            summary: self.summary.clone(),
+            pre: self.pre.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// A component that could not be (re)loaded, and what kept serving instead.
+#[derive(Debug)]
+pub struct LoadFailure {
+    /// The attestor's id, when it got as far as `describe` (or the configuration named it).
+    pub id: Option<String>,
+    /// The file, for a component from `attestors_dir` (or a shadow's `file`).
+    pub path: Option<PathBuf>,
+    /// SHA-256 of the bytes that failed, when they could be read.
+    pub sha256: Option<String>,
+    /// Why (boxed: a failure travels in `Result`s, and most loads succeed).
+    pub error: Box<LoadError>,
+}
+
+/// What one (re)load found: the attestors that serve now and why others did not load.
+pub(super) struct Found<B: TxBackend> {
+    pub attestors: Vec<LoadedAttestor<B>>,
+    pub failures: Vec<LoadFailure>,
+}
+
+/// What loading needs from the runtime.
+pub(super) struct LoadContext<'a, B: TxBackend> {
+    pub engine: &'a Engine,
+    pub linker: &'a Linker<CallState<B>>,
+    pub cache: Option<&'a ComponentCache>,
+    pub memory_limit: usize,
+}
+
+/// A component as [`load_one`] made it: described, not yet configured.
+type Described<B> = (AttestorSummary, Pre<B>);
+
+impl<B: TxBackend> LoadContext<'_, B> {
+    /// Compiles, links and describes `wasm`, unless `previous` holds the same bytes from the
+    /// same source (then its compiled form is reused: nothing is compiled or run again).
+    async fn load(
+        &self,
+        origin: &str,
+        source: Source,
+        wasm: &[u8],
+        previous: &[LoadedAttestor<B>],
+    ) -> Result<Described<B>, LoadFailure> {
+        let sha256 = hex::encode(Sha256::digest(wasm));
+        if let Some(p) = previous
+            .iter()
+            .find(|p| p.summary.source == source && p.summary.sha256 == sha256)
+        {
+            let summary = AttestorSummary {
+                shadow_of: None,
+                ..p.summary.clone()
+            };
+            return Ok((summary, p.pre.clone()));
+        }
+        let path = match &source {
+            Source::File(path) => Some(path.clone()),
+            Source::BuiltIn => None,
+        };
+        load_one(
+            self.engine,
+            self.linker,
+            self.cache,
+            origin,
+            source,
+            wasm,
+            self.memory_limit,
+        )
+        .await
+        .map_err(|error| LoadFailure {
+            id: None,
+            path,
+            sha256: Some(sha256),
+            error: Box::new(error),
+        })
+    }
+}
+
+/// Loads built-ins, then the directory (replacing built-ins by id), then shadows' files, then
+/// applies settings (pins, configuration, `shadow_of`).
+///
+/// Nothing here stops at the first failure: a component that does not load is reported in
+/// [`Found::failures`] and, on a reload, what `previous` served from the same file (or under
+/// the same id, for a pin or configuration that is refused) keeps serving. The first start
+/// refuses to start on any failure ([`super::Runtime::load`]).
 pub(super) async fn load_all<B: TxBackend>(
-    engine: &Engine,
-    linker: &Linker<CallState<B>>,
-    cache: Option<&ComponentCache>,
+    cx: &LoadContext<'_, B>,
     config: &RuntimeConfig,
     builtins: &[(&str, &[u8])],
-    memory_limit: usize,
-) -> Result<Vec<LoadedAttestor<B>>, LoadError> {
-    let mut by_id: BTreeMap<String, (AttestorSummary, Pre<B>)> = BTreeMap::new();
+    previous: &[LoadedAttestor<B>],
+) -> Found<B> {
+    let mut failures = Vec::new();
+    let mut by_id: BTreeMap<String, Described<B>> = BTreeMap::new();
     for (name, wasm) in builtins {
-        let (summary, pre) = load_one(
-            engine,
-            linker,
-            cache,
-            &format!("built-in {name}"),
-            Source::BuiltIn,
-            wasm,
-            memory_limit,
-        )
-        .await?;
-        by_id.insert(summary.id.clone(), (summary, pre));
+        match cx
+            .load(&format!("built-in {name}"), Source::BuiltIn, wasm, previous)
+            .await
+        {
+            Ok((summary, pre)) => {
+                by_id.insert(summary.id.clone(), (summary, pre));
+            }
+            Err(failure) => failures.push(failure),
+        }
     }
 
+    let shadow_files: std::collections::BTreeSet<&Path> = config
+        .attestors
+        .values()
+        .filter_map(|s| s.file.as_deref())
+        .collect();
+    // What a broken file leaves serving: what it served before (a shadow's own file is
+    // handled with the shadows).
+    let keep_previous = |by_id: &mut BTreeMap<String, Described<B>>, path: &Path| {
+        if shadow_files.contains(path) {
+            return;
+        }
+        for p in previous
+            .iter()
+            .filter(|p| p.summary.source == Source::File(path.to_owned()))
+        {
+            let summary = AttestorSummary {
+                shadow_of: None,
+                ..p.summary.clone()
+            };
+            by_id.insert(summary.id.clone(), (summary, p.pre.clone()));
+        }
+    };
     if let Some(dir) = &config.attestors_dir {
-        let mut from_dir: BTreeMap<String, String> = BTreeMap::new();
-        for path in wasm_files(dir)? {
-            let wasm = std::fs::read(&path).map_err(|source| LoadError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            let origin = path.display().to_string();
-            let (summary, pre) = load_one(
-                engine,
-                linker,
-                cache,
-                &origin,
-                Source::File(path.clone()),
-                &wasm,
-                memory_limit,
-            )
-            .await?;
-            if let Some(first) = from_dir.insert(summary.id.clone(), origin.clone()) {
-                return Err(LoadError::DuplicateId {
-                    id: summary.id,
-                    first,
-                    second: origin,
+        match wasm_files(dir) {
+            Err(error) => {
+                for p in previous {
+                    if let Source::File(path) = &p.summary.source {
+                        keep_previous(&mut by_id, path);
+                    }
+                }
+                failures.push(LoadFailure {
+                    id: None,
+                    path: Some(dir.clone()),
+                    sha256: None,
+                    error: Box::new(error),
                 });
             }
-            if by_id.contains_key(&summary.id) {
-                tracing::info!(attestor = %summary.id, file = %origin, "attestor from attestors_dir replaces the built-in");
+            Ok(files) => {
+                let mut from_dir: BTreeMap<String, String> = BTreeMap::new();
+                for path in files {
+                    if shadow_files.contains(path.as_path()) {
+                        continue;
+                    }
+                    let origin = path.display().to_string();
+                    let loaded = match read_file(&path) {
+                        Ok(wasm) => {
+                            cx.load(&origin, Source::File(path.clone()), &wasm, previous)
+                                .await
+                        }
+                        Err(failure) => Err(failure),
+                    };
+                    let (summary, pre) = match loaded {
+                        Ok(loaded) => loaded,
+                        Err(failure) => {
+                            failures.push(failure);
+                            keep_previous(&mut by_id, &path);
+                            continue;
+                        }
+                    };
+                    if let Some(first) = from_dir.insert(summary.id.clone(), origin.clone()) {
+                        failures.push(LoadFailure {
+                            id: Some(summary.id.clone()),
+                            path: Some(path.clone()),
+                            sha256: Some(summary.sha256.clone()),
+                            error: Box::new(LoadError::DuplicateId {
+                                id: summary.id,
+                                first,
+                                second: origin,
+                            }),
+                        });
+                        continue;
+                    }
+                    if by_id.contains_key(&summary.id) {
+                        tracing::info!(attestor = %summary.id, file = %origin, "attestor from attestors_dir replaces the built-in");
+                    }
+                    by_id.insert(summary.id.clone(), (summary, pre));
+                }
             }
-            by_id.insert(summary.id.clone(), (summary, pre));
         }
     }
 
-    if let Some(id) = config.attestors.keys().find(|id| !by_id.contains_key(*id)) {
-        return Err(LoadError::UnknownAttestor(id.clone()));
+    // Shadows: from their own file (under the id the configuration gives them, whatever they
+    // describe themselves as: a new version of `join-token` describes itself `join-token`), or
+    // an attestor loaded above under the configured id.
+    let mut shadows: BTreeMap<String, (Described<B>, String)> = BTreeMap::new();
+    for (id, settings) in &config.attestors {
+        let Some(of) = &settings.shadow_of else {
+            continue;
+        };
+        let described = match &settings.file {
+            Some(path) => {
+                let origin = path.display().to_string();
+                let loaded = match read_file(path) {
+                    Ok(wasm) => {
+                        cx.load(&origin, Source::File(path.clone()), &wasm, previous)
+                            .await
+                    }
+                    Err(failure) => Err(failure),
+                };
+                match loaded {
+                    Ok((summary, pre)) => Some((
+                        AttestorSummary {
+                            id: id.clone(),
+                            ..summary
+                        },
+                        pre,
+                    )),
+                    Err(failure) => {
+                        failures.push(LoadFailure {
+                            id: Some(id.clone()),
+                            ..failure
+                        });
+                        previous
+                            .iter()
+                            .find(|p| &p.summary.id == id)
+                            .map(|p| (p.summary.clone(), p.pre.clone()))
+                    }
+                }
+            }
+            None => by_id.remove(id),
+        };
+        if let Some(described) = described {
+            shadows.insert(id.clone(), (described, of.clone()));
+        }
     }
 
-    let mut loaded = Vec::with_capacity(by_id.len());
-    for (id, (summary, pre)) in by_id {
-        let settings = config.attestors.get(&id);
-        if let Some(expected) = settings.and_then(|s| s.sha256.as_deref())
-            && !expected.eq_ignore_ascii_case(&summary.sha256)
-        {
-            return Err(LoadError::PinMismatch {
-                id,
-                origin: summary.source.to_string(),
-                expected: expected.to_owned(),
-                actual: summary.sha256,
+    let reported: Vec<String> = failures.iter().filter_map(|f| f.id.clone()).collect();
+    for id in config.attestors.keys() {
+        if !by_id.contains_key(id) && !shadows.contains_key(id) && !reported.contains(id) {
+            failures.push(LoadFailure {
+                id: Some(id.clone()),
+                path: None,
+                sha256: None,
+                error: Box::new(LoadError::UnknownAttestor(id.clone())),
             });
         }
-        let config_json = match settings {
-            Some(s) if !s.config.is_null() => s.config.to_string(),
-            _ => "{}".to_owned(),
-        };
-        configure(&pre, &id, &config_json, memory_limit).await?;
-        tracing::info!(attestor = %id, version = %summary.version, source = %summary.source, sha256 = %summary.sha256, "attestor loaded");
-        loaded.push(LoadedAttestor {
-            summary,
-            pre,
-            config: config_json,
-        });
     }
-    Ok(loaded)
+
+    let candidates = by_id
+        .into_iter()
+        .map(|(id, described)| (id, described, None))
+        .chain(
+            shadows
+                .into_iter()
+                .map(|(id, (described, of))| (id, described, Some(of))),
+        )
+        .collect::<Vec<_>>();
+
+    let mut loaded = Vec::with_capacity(candidates.len());
+    for (id, (summary, pre), shadow_of) in candidates {
+        let summary = AttestorSummary {
+            shadow_of,
+            ..summary
+        };
+        match settle(cx, config, &id, summary, pre, previous).await {
+            Ok(attestor) => loaded.push(attestor),
+            Err(failure) => {
+                failures.push(failure);
+                if let Some(p) = previous.iter().find(|p| p.summary.id == id) {
+                    loaded.push(p.clone());
+                }
+            }
+        }
+    }
+    // A shadow runs beside a live attestor, never beside another shadow or nothing.
+    let live: Vec<String> = loaded
+        .iter()
+        .filter(|l| l.summary.shadow_of.is_none())
+        .map(|l| l.summary.id.clone())
+        .collect();
+    loaded.retain(|l| match &l.summary.shadow_of {
+        Some(of) if !live.contains(of) => {
+            failures.push(LoadFailure {
+                id: Some(l.summary.id.clone()),
+                path: None,
+                sha256: Some(l.summary.sha256.clone()),
+                error: Box::new(LoadError::ShadowOfUnknown {
+                    id: l.summary.id.clone(),
+                    of: of.clone(),
+                }),
+            });
+            false
+        }
+        _ => true,
+    });
+    Found {
+        attestors: loaded,
+        failures,
+    }
+}
+
+/// Checks an attestor's pin and configures it (unless `previous` already serves the same
+/// bytes from the same source with the same configuration).
+async fn settle<B: TxBackend>(
+    cx: &LoadContext<'_, B>,
+    config: &RuntimeConfig,
+    id: &str,
+    summary: AttestorSummary,
+    pre: Pre<B>,
+    previous: &[LoadedAttestor<B>],
+) -> Result<LoadedAttestor<B>, LoadFailure> {
+    let settings = config.attestors.get(id);
+    let fail = |summary: &AttestorSummary, error| LoadFailure {
+        id: Some(id.to_owned()),
+        path: match &summary.source {
+            Source::File(path) => Some(path.clone()),
+            Source::BuiltIn => None,
+        },
+        sha256: Some(summary.sha256.clone()),
+        error: Box::new(error),
+    };
+    if let Some(expected) = settings.and_then(|s| s.sha256.as_deref())
+        && !expected.eq_ignore_ascii_case(&summary.sha256)
+    {
+        let error = LoadError::PinMismatch {
+            id: id.to_owned(),
+            origin: summary.source.to_string(),
+            expected: expected.to_owned(),
+            actual: summary.sha256.clone(),
+        };
+        return Err(fail(&summary, error));
+    }
+    let config_json = match settings {
+        Some(s) if !s.config.is_null() => s.config.to_string(),
+        _ => "{}".to_owned(),
+    };
+    let unchanged = previous.iter().any(|p| {
+        p.summary.id == id
+            && p.summary.sha256 == summary.sha256
+            && p.summary.source == summary.source
+            && p.config == config_json
+    });
+    if !unchanged {
+        if let Err(error) = configure(&pre, id, &config_json, cx.memory_limit).await {
+            return Err(fail(&summary, error));
+        }
+        tracing::info!(attestor = %id, version = %summary.version, source = %summary.source, sha256 = %summary.sha256, shadow_of = summary.shadow_of.as_deref().unwrap_or(""), "attestor loaded");
+    }
+    Ok(LoadedAttestor {
+        summary,
+        pre,
+        config: config_json,
+    })
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, LoadFailure> {
+    std::fs::read(path).map_err(|source| LoadFailure {
+        id: None,
+        path: Some(path.to_owned()),
+        sha256: None,
+        error: Box::new(LoadError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    })
 }
 
 /// The `.wasm` files of a directory, sorted so loading is deterministic.
@@ -253,7 +565,7 @@ fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(files)
 }
 
-async fn load_one<B: TxBackend>(
+pub(super) async fn load_one<B: TxBackend>(
     engine: &Engine,
     linker: &Linker<CallState<B>>,
     cache: Option<&ComponentCache>,
@@ -267,12 +579,25 @@ async fn load_one<B: TxBackend>(
         origin: origin.to_owned(),
         source: e,
     };
-    let component = match cache {
-        Some(cache) => cache
-            .load_or_compile(engine, wasm, &sha256, origin)
-            .map_err(compile)?,
-        None => Component::new(engine, wasm).map_err(compile)?,
-    };
+    // Compiling takes the cores for up to seconds: off the async workers, so a reload beside
+    // serving joins does not stall the ones whose task shares a worker with it.
+    let (engine_owned, bytes, cache_owned, origin_owned) = (
+        engine.clone(),
+        wasm.to_vec(),
+        cache.cloned(),
+        origin.to_owned(),
+    );
+    let component = tokio::task::spawn_blocking(move || match &cache_owned {
+        Some(cache) => cache.load_or_compile(&engine_owned, &bytes, &sha256, &origin_owned),
+        None => Component::new(&engine_owned, &bytes),
+    })
+    .await
+    .map_err(|e| {
+        compile(wasmtime::Error::msg(format!(
+            "the compiling task ended: {e}"
+        )))
+    })?
+    .map_err(compile)?;
     check_wit_version(engine, &component, origin)?;
     let pre = linker
         .instantiate_pre(&component)
@@ -293,6 +618,7 @@ async fn load_one<B: TxBackend>(
         rounds: info.rounds,
         source,
         sha256: hex::encode(sha256),
+        shadow_of: None,
     };
     Ok((summary, pre))
 }
@@ -398,8 +724,9 @@ async fn configure<B: TxBackend>(
         .map_err(err)
 }
 
-/// A store for load-time calls: no transaction, a memory cap, and a generous deadline (load
-/// happens once, before serving).
+/// A store for load-time calls: no transaction, a memory cap, and a generous deadline (a load
+/// happens at start, and on a reload beside the joins, which it does not hold up: the rounds
+/// running keep the version they started with).
 fn loading_store<B: TxBackend>(engine: &Engine, memory_limit: usize) -> Store<CallState<B>> {
     let mut store = Store::new(engine, CallState::new(None, memory_limit));
     store.limiter(|s| &mut s.limiter);

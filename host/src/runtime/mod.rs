@@ -12,11 +12,12 @@ mod cache;
 mod call;
 mod engine;
 mod loader;
+mod registry;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -26,7 +27,8 @@ use wasmtime::component::{HasSelf, Linker};
 pub use cache::CacheError;
 pub(crate) use call::is_code;
 pub use call::{CallOutcome, Fault};
-pub use loader::{AttestorSummary, LoadError, Source};
+pub use loader::{AttestorSummary, LoadError, LoadFailure, Source};
+pub use registry::{Attestors, Change, ChangeKind, Reload};
 
 use crate::imports::{CallState, TxBackend};
 use bindings::AttestorPre;
@@ -78,12 +80,19 @@ impl Default for RuntimeConfig {
 }
 
 /// Settings of one attestor.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct AttestorSettings {
     /// Load only a component with this SHA-256 (lowercase hex).
     pub sha256: Option<String>,
     /// Its configuration, handed to `configure` and `verify` as JSON text.
     pub config: serde_json::Value,
+    /// Run it as a shadow beside this live attestor: on the same requests, its writes never
+    /// applied, its verdict only recorded ([`Attestors::shadows_of`]).
+    pub shadow_of: Option<String>,
+    /// A shadow's component file, loaded under this attestor's id whatever id it describes
+    /// itself by (so a new version of a live attestor can run beside it). Not loaded as a live
+    /// attestor even when it lies in `attestors_dir`.
+    pub file: Option<PathBuf>,
 }
 
 /// Why the runtime could not start.
@@ -149,21 +158,58 @@ impl Drop for Waiting<'_> {
 }
 
 /// The attestors this host runs and the engine that runs them.
+///
+/// The set of attestors is versioned: [`Runtime::snapshot`] hands out the current version, an
+/// `Arc` a join round keeps from its start to its end (so a round is decided by exactly one
+/// version of its attestor, reruns included), and [`Runtime::reload`] builds the next version
+/// beside it and swaps it in. An attestor a reload leaves unchanged is the same object in both
+/// versions (its call share, waiting joins and guest thread carry over); one it replaces or
+/// removes lives on, with its thread, until the last round holding the old version ends.
 pub struct Runtime<B: TxBackend> {
-    attestors: BTreeMap<String, Loaded<B>>,
-    slots: Arc<Semaphore>,
-    call_timeout: Duration,
-    memory_limit: usize,
+    current: RwLock<Arc<Attestors<B>>>,
+    /// One (re)load at a time: loading takes the pool's one spare instance slot.
+    loader: tokio::sync::Mutex<Loader<B>>,
+    limits: Arc<CallLimits>,
     // Last: the ticker stops when the runtime is dropped.
     _ticker: engine::EpochTicker,
 }
 
+/// What every call of every version shares: the pool's slots and the per-call bounds.
+struct CallLimits {
+    slots: Arc<Semaphore>,
+    max_concurrent_calls: u32,
+    call_timeout: Duration,
+    memory_limit: usize,
+    max_calls_per_attestor: u32,
+}
+
+impl CallLimits {
+    /// The slots of the pool calls may take.
+    fn slots_total(&self) -> usize {
+        self.max_concurrent_calls as usize
+    }
+}
+
+/// What a reload needs: the engine, the linker, the compiled cache and the built-ins.
+struct Loader<B: TxBackend> {
+    engine: Engine,
+    linker: Linker<CallState<B>>,
+    cache: Option<cache::ComponentCache>,
+    builtins: &'static [(&'static str, &'static [u8])],
+    /// The settings the last (re)load ran with: what cannot change without a restart is
+    /// compared against them.
+    config: RuntimeConfig,
+    /// The failures the last reload reported ([`Change::failure_key`]).
+    failures: std::collections::BTreeSet<String>,
+}
+
 impl<B: TxBackend> Runtime<B> {
     /// Builds the engine and loads the built-in components (`(name, wasm bytes)`) and then the
-    /// attestors directory, applying pins and configuration.
+    /// attestors directory, applying pins and configuration. Any component that does not load
+    /// refuses the start (a reload is more forgiving: [`Runtime::reload`]).
     pub async fn load(
         config: &RuntimeConfig,
-        builtins: &[(&str, &[u8])],
+        builtins: &'static [(&'static str, &'static [u8])],
     ) -> Result<Self, RuntimeError> {
         let engine = engine::build(engine::PoolSize {
             // One extra slot for loading while calls run.
@@ -176,38 +222,89 @@ impl<B: TxBackend> Runtime<B> {
             Some(dir) => Some(cache::ComponentCache::open(dir, &engine)?),
             None => None,
         };
-        let attestors = loader::load_all(
-            &engine,
-            &linker,
-            cache.as_ref(),
-            config,
-            builtins,
-            config.memory_limit,
-        )
-        .await?;
-        let attestors = attestors
-            .into_iter()
-            .map(|l| {
-                Ok((
-                    l.summary.id.clone(),
-                    Loaded {
-                        guests: GuestThread::start(&l.summary.id)?,
-                        summary: l.summary,
-                        pre: l.pre,
-                        config: l.config,
-                        calls: Arc::new(Semaphore::new(config.max_calls_per_attestor as usize)),
-                        waiting: AtomicUsize::new(0),
-                    },
-                ))
-            })
-            .collect::<Result<_, RuntimeError>>()?;
-        Ok(Self {
-            attestors,
+        let limits = Arc::new(CallLimits {
             slots: Arc::new(Semaphore::new(config.max_concurrent_calls as usize)),
+            max_concurrent_calls: config.max_concurrent_calls,
             call_timeout: config.call_timeout,
             memory_limit: config.memory_limit,
+            max_calls_per_attestor: config.max_calls_per_attestor,
+        });
+        let loader = Loader {
+            engine,
+            linker,
+            cache,
+            builtins,
+            config: config.clone(),
+            failures: std::collections::BTreeSet::new(),
+        };
+        let found = loader::load_all(&loader.context(), config, builtins, &[]).await;
+        if let Some(failure) = found.failures.into_iter().next() {
+            return Err(RuntimeError::Load(*failure.error));
+        }
+        let empty = Attestors::empty(limits.clone());
+        let (attestors, _) = empty.next(found.attestors, Vec::new(), &limits)?;
+        Ok(Self {
+            current: RwLock::new(Arc::new(attestors)),
+            loader: tokio::sync::Mutex::new(loader),
+            limits,
             _ticker: ticker,
         })
+    }
+
+    /// Loads again what `config` names (built-ins, `attestors_dir`, settings) and swaps the
+    /// result in. Never fails as a whole: a component that does not load is reported in the
+    /// [`Reload`] and what served before it keeps serving; rounds already running finish on
+    /// the version they started with. The runtime's own limits (deadline, memory, slots) are
+    /// those it started with; a change to them is reported as needing a restart.
+    pub async fn reload(&self, config: &RuntimeConfig) -> Reload {
+        let mut loader = self.loader.lock().await;
+        let before = self.snapshot();
+        let previous = before.loaded();
+        let found = loader::load_all(&loader.context(), config, loader.builtins, &previous).await;
+        let mut needs_restart = Vec::new();
+        let old = loader.config.clone();
+        if old.call_timeout != config.call_timeout
+            || old.memory_limit != config.memory_limit
+            || old.max_concurrent_calls != config.max_concurrent_calls
+            || old.max_calls_per_attestor != config.max_calls_per_attestor
+        {
+            needs_restart.push("[runtime] limits (call_timeout_ms, memory_limit_mib, max_concurrent_calls, max_calls_per_attestor)".to_owned());
+        }
+        if old.cache_dir != config.cache_dir {
+            needs_restart.push("[runtime] cache_dir".to_owned());
+        }
+        let reload = match before.next(found.attestors, found.failures, &self.limits) {
+            Ok((next, mut changes)) => {
+                let keys: std::collections::BTreeSet<String> =
+                    changes.iter().filter_map(Change::failure_key).collect();
+                for change in &mut changes {
+                    change.repeated = change
+                        .failure_key()
+                        .is_some_and(|k| loader.failures.contains(&k));
+                }
+                loader.failures = keys;
+                if changes.iter().any(|c| c.kind != ChangeKind::LoadFailed) {
+                    *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+                }
+                Reload {
+                    changes,
+                    needs_restart,
+                }
+            }
+            // No thread for a new attestor: nothing changes.
+            Err(e) => Reload {
+                changes: vec![Change::failed_whole(e.to_string())],
+                needs_restart,
+            },
+        };
+        let mut kept = config.clone();
+        kept.call_timeout = old.call_timeout;
+        kept.memory_limit = old.memory_limit;
+        kept.max_concurrent_calls = old.max_concurrent_calls;
+        kept.max_calls_per_attestor = old.max_calls_per_attestor;
+        kept.cache_dir = old.cache_dir;
+        loader.config = kept;
+        reload
     }
 
     fn linker(engine: &Engine) -> Result<Linker<CallState<B>>, RuntimeError> {
@@ -224,70 +321,62 @@ impl<B: TxBackend> Runtime<B> {
         Ok(linker)
     }
 
-    /// What is loaded, by id.
-    pub fn attestors(&self) -> impl Iterator<Item = &AttestorSummary> {
-        self.attestors.values().map(|l| &l.summary)
+    /// Compiles, links and describes a component as a load would (the WIT version check
+    /// included), without calling `configure` or serving it: `gatehouse attestors check`.
+    pub async fn inspect(&self, source: Source, wasm: &[u8]) -> Result<AttestorSummary, LoadError> {
+        let loader = self.loader.lock().await;
+        let cx = loader.context();
+        let origin = source.to_string();
+        loader::load_one(
+            cx.engine,
+            cx.linker,
+            cx.cache,
+            &origin,
+            source,
+            wasm,
+            cx.memory_limit,
+        )
+        .await
+        .map(|(summary, _)| summary)
     }
 
-    /// Whether an attestor with this id is loaded.
+    /// The current version of the attestors: what a join round holds from start to end.
+    pub fn snapshot(&self) -> Arc<Attestors<B>> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// What is loaded now, live attestors and shadows, by id.
+    pub fn attestors(&self) -> Vec<AttestorSummary> {
+        self.snapshot().summaries()
+    }
+
+    /// Whether a live attestor with this id is loaded now (a shadow is not).
     pub fn contains(&self, id: &str) -> bool {
-        self.attestors.contains_key(id)
+        self.snapshot().contains(id)
     }
 
-    /// Calls `verify` of attestor `id` in a fresh instance with `session`. The session comes
-    /// back unless the call had to be abandoned (then its transaction is dropped: rolled back).
+    /// Calls `verify` of live attestor `id` of the current version ([`Attestors::verify`]).
     pub async fn verify(
         &self,
         id: &str,
         session: crate::imports::Session<B>,
         request: &bindings::types::JoinRequest,
     ) -> CallOutcome<B> {
-        let Some(loaded) = self.attestors.get(id) else {
-            return CallOutcome::fault(Fault::UnknownAttestor, Some(session));
-        };
-        // Past its share, a join through this attestor waits for one of its calls to end (a
-        // burst of quick calls passes), at most [`BUSY_WAIT`] and behind at most
-        // [`MAX_WAITING`] others, then is refused: joins queued behind a slow attestor must
-        // not pile up.
-        let share = match loaded.calls.clone().try_acquire_owned() {
-            Ok(share) => share,
-            Err(_) => {
-                let waiting = Waiting::enter(&loaded.waiting);
-                if waiting.count > MAX_WAITING {
-                    return CallOutcome::fault(Fault::Busy, Some(session));
-                }
-                let share =
-                    tokio::time::timeout(BUSY_WAIT, loaded.calls.clone().acquire_owned()).await;
-                drop(waiting);
-                let Ok(Ok(share)) = share else {
-                    return CallOutcome::fault(Fault::Busy, Some(session));
-                };
-                share
-            }
-        };
-        // The semaphore is never closed, so acquire fails only if it were; treat that as a
-        // fault rather than run past the pool's size.
-        let Ok(slot) = self.slots.clone().acquire_owned().await else {
-            return CallOutcome::fault(Fault::Trap("no instance slot".into()), Some(session));
-        };
-        let (pre, id, config, request) = (
-            loaded.pre.clone(),
-            id.to_owned(),
-            loaded.config.clone(),
-            request.clone(),
-        );
-        let (timeout, memory_limit) = (self.call_timeout, self.memory_limit);
-        // The call, and the permits it holds, run to their end on the guest threads even if
-        // the join that started it is abandoned: the deadline bounds it.
-        let call = loaded.guests.spawn(async move {
-            let outcome =
-                call::verify(&pre, &id, &config, session, &request, timeout, memory_limit).await;
-            drop((share, slot));
-            outcome
-        });
-        match call.await {
-            Ok(outcome) => outcome,
-            Err(e) => CallOutcome::fault(Fault::Trap(format!("the call's task ended: {e}")), None),
+        self.snapshot().verify(id, session, request).await
+    }
+}
+
+impl<B: TxBackend> Loader<B> {
+    fn context(&self) -> loader::LoadContext<'_, B> {
+        loader::LoadContext {
+            engine: &self.engine,
+            linker: &self.linker,
+            cache: self.cache.as_ref(),
+            // The engine's pool was sized for the first load's cap.
+            memory_limit: self.config.memory_limit,
         }
     }
 }

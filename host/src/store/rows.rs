@@ -137,6 +137,13 @@ text_enum! {
         Deferred = "deferred",
         /// The round was refused.
         Refused = "refused",
+        /// A shadow attestor (`[attestors.<id>] shadow_of`) would have admitted the round; its
+        /// verdict was recorded and not acted on.
+        ShadowAdmitted = "shadow-admitted",
+        /// A shadow attestor would have deferred the round.
+        ShadowDeferred = "shadow-deferred",
+        /// A shadow attestor would have refused the round (or faulted: the reason says).
+        ShadowRefused = "shadow-refused",
     }
 }
 

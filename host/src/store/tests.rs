@@ -1419,6 +1419,7 @@ async fn sqlite_a_lost_commit_batch_fails_its_waiting_members() {
     tx.commit().await.unwrap();
     let mut tx = t.db.read().await.unwrap();
     assert!(tx.tenant_exists("after").await.unwrap());
+}
 
 #[tokio::test]
 async fn superseded_certificates_count_as_revoked_after_their_grace() {

@@ -1,0 +1,577 @@
+//! Live changes: components added, replaced and removed in `attestors_dir` while joins run
+//! (picked up by the directory poll, and by SIGHUP in a host process of its own), a component
+//! that does not load leaving the old one serving, and every change an event.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gatehouse::store::{Db, EventRow, sqlite_url};
+use gatehouse_agent::{JoinClient, JoinOptions, NodeKey, TokenProducer, join};
+use gatehouse_proto::{JoinTrust, Role, TokenString};
+use sha2::{Digest, Sha256};
+
+use crate::common::{Backend, HostOptions, TestHost, backends};
+
+/// SHA-256 of the join-token built into the host.
+fn builtin_join_token() -> String {
+    let (_, wasm) = gatehouse::app::builtin_attestors()
+        .iter()
+        .find(|(name, _)| name.contains("join-token") || name.contains("join_token"))
+        .expect("join-token is built in");
+    hex(&Sha256::digest(wasm))
+}
+
+fn sha256_of(path: &str) -> String {
+    hex(&Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `bytes` to `dir/name` as an operator's deploy would: a temporary file renamed over
+/// the old one, so the poll never sees half a file.
+fn deploy(dir: &Path, name: &str, bytes: &[u8]) {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, dir.join(name)).unwrap();
+}
+
+/// Joins through join-token in a loop until `stop`, each with a fresh key and a one-use token;
+/// returns how many joins succeeded and every failure.
+async fn join_loop(
+    url: String,
+    trust: JoinTrust,
+    tokens: Vec<TokenString>,
+    stop: Arc<AtomicBool>,
+) -> (usize, Vec<String>) {
+    let client = JoinClient::new(&url, &trust).unwrap();
+    let (mut ok, mut failures) = (0, Vec::new());
+    for token in tokens {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match join(
+            &client,
+            &trust,
+            &mut TokenProducer::new(Role::Node),
+            Some(&token),
+            &NodeKey::generate().unwrap(),
+            &JoinOptions::default(),
+        )
+        .await
+        {
+            Ok(_) => ok += 1,
+            Err(e) => failures.push(format!("{}: {e}", token.id)),
+        }
+    }
+    (ok, failures)
+}
+
+/// Waits until join-token is served with `sha256` from a source of `kind` (`file` or
+/// `built-in`), as the admin API lists it.
+async fn until_served(
+    http: &reqwest::Client,
+    url: &str,
+    admin_key: &str,
+    sha256: &str,
+    kind: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list: serde_json::Value = http
+            .get(format!("{url}/v1/admin/attestors"))
+            .bearer_auth(admin_key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let served = list.as_array().unwrap().iter().any(|a| {
+            a["id"] == "join-token" && a["sha256"] == sha256 && a["source"]["kind"] == kind
+        });
+        if served {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "join-token never served {sha256} from {kind}: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every admission names the version that decided it, and that version's own subject: the
+/// replacement writes `replacement:<token>`, join-token (the built-in, or the same source built
+/// as a test artifact, `file`) `token:<token>`.
+fn assert_each_join_decided_by_one_version(
+    events: &[EventRow],
+    builtin: &str,
+    file: &str,
+    replacement: &str,
+) {
+    let joined: Vec<_> = events.iter().filter(|e| e.kind == "node.joined").collect();
+    for e in &joined {
+        let sha = e.payload["attestorSha256"].as_str().unwrap_or_default();
+        let subject = e.payload["subject"].as_str().unwrap_or_default();
+        if sha == replacement {
+            assert!(subject.starts_with("replacement:"), "{sha}: {subject}");
+        } else {
+            assert!(
+                sha == builtin || sha == file,
+                "a join decided by an unknown version: {e:?}"
+            );
+            assert!(subject.starts_with("token:"), "{sha}: {subject}");
+        }
+    }
+    for (version, prefix) in [(replacement, "replacement:"), (builtin, "token:")] {
+        assert!(
+            joined.iter().any(|e| e.payload["attestorSha256"] == version
+                && e.payload["subject"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with(prefix)),
+            "no join was decided by {version}"
+        );
+    }
+}
+
+/// The `attestor.*` events, as (kind, attestor, sha256, source now).
+fn attestor_events(events: &[EventRow]) -> Vec<(String, Option<String>, String, String)> {
+    events
+        .iter()
+        .filter(|e| e.kind.starts_with("attestor."))
+        .map(|e| {
+            (
+                e.kind.clone(),
+                e.attestor.clone(),
+                e.payload["sha256"].as_str().unwrap_or_default().to_owned(),
+                e.payload["now"]["source"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn components_added_replaced_and_removed_while_joins_run() {
+    // The artifact is join-token's source built for the tests: other bytes than the built-in.
+    let file = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN);
+    let builtin = builtin_join_token();
+    let replacement = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT);
+    for backend in backends() {
+        let host = TestHost::start_with(HostOptions {
+            attestors_poll_ms: Some(100),
+            ..HostOptions::new(backend)
+        })
+        .await;
+        let dir = host.data.join("attestors");
+        let mut tokens = Vec::new();
+        for _ in 0..400 {
+            tokens.push(host.create_token("node", 1).await);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let loops: Vec<_> = tokens
+            .chunks(200)
+            .map(|chunk| {
+                tokio::spawn(join_loop(
+                    host.url(),
+                    host.trust.clone(),
+                    chunk.to_vec(),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        let (http, url) = (host.http(), host.url());
+        let settle = || tokio::time::sleep(Duration::from_millis(400));
+
+        settle().await;
+        // Added: a file with a built-in's id replaces it.
+        deploy(
+            &dir,
+            "jt.wasm",
+            &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT).unwrap(),
+        );
+        until_served(&http, &url, &host.admin_key, &replacement, "file").await;
+        settle().await;
+        // A broken component: refused with its reason; the replacement keeps serving.
+        deploy(&dir, "broken.wasm", b"\0asm not really");
+        deploy(
+            &dir,
+            "wit-major.wasm",
+            &std::fs::read(gatehouse_test_artifacts::WIT_MAJOR).unwrap(),
+        );
+        settle().await;
+        // Replaced: other bytes in the same file (the built-in's).
+        deploy(
+            &dir,
+            "jt.wasm",
+            &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN).unwrap(),
+        );
+        until_served(&http, &url, &host.admin_key, &file, "file").await;
+        settle().await;
+        // Back to the replacement, then removed: the built-in serves again.
+        deploy(
+            &dir,
+            "jt.wasm",
+            &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT).unwrap(),
+        );
+        until_served(&http, &url, &host.admin_key, &replacement, "file").await;
+        settle().await;
+        for name in ["jt.wasm", "broken.wasm", "wit-major.wasm"] {
+            std::fs::remove_file(dir.join(name)).unwrap();
+        }
+        until_served(&http, &url, &host.admin_key, &builtin, "built-in").await;
+        settle().await;
+        stop.store(true, Ordering::Relaxed);
+
+        let mut joined = 0;
+        for l in loops {
+            let (ok, failures) = l.await.unwrap();
+            assert!(
+                failures.is_empty(),
+                "{backend:?}: joins failed: {failures:?}"
+            );
+            joined += ok;
+        }
+        let events = host.events().await;
+        let admitted = events.iter().filter(|e| e.kind == "node.joined").count();
+        assert_eq!(admitted, joined, "{backend:?}: one admission per join");
+        // No round was refused for what it was; on PostgreSQL a round now and then ends
+        // `storage-error` under the two loops' contention (a database failure, not a verdict),
+        // answered 503 and retried by the agent, which is why no join above failed (not yet
+        // investigated whether a reload makes it likelier; SQLite shows none).
+        let refused: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == "security.join.refused")
+            .filter(|e| e.reason.as_deref() != Some("storage-error"))
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "{backend:?}: joins were refused: {refused:?}"
+        );
+        assert_each_join_decided_by_one_version(&events, &builtin, &file, &replacement);
+
+        let changes = attestor_events(&events);
+        let replaced: Vec<_> = changes
+            .iter()
+            .filter(|c| c.0 == "attestor.replaced")
+            .map(|c| (c.2.as_str(), c.3.as_str()))
+            .collect();
+        let expected = vec![
+            (replacement.as_str(), "file"),
+            (file.as_str(), "file"),
+            (replacement.as_str(), "file"),
+            (builtin.as_str(), "built-in"),
+        ];
+        let with_source: Vec<_> = replaced
+            .iter()
+            .map(|(sha, source)| (*sha, source.split(' ').next().unwrap_or_default()))
+            .collect();
+        assert_eq!(with_source, expected, "{backend:?}: {changes:?}");
+        let failed: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == "attestor.load-failed")
+            .collect();
+        let broken_sha = hex(&Sha256::digest(b"\0asm not really"));
+        assert!(
+            failed
+                .iter()
+                .any(|e| e.payload["sha256"] == broken_sha.as_str()
+                    && e.reason.as_deref() == Some("not-a-component")),
+            "{backend:?}: {failed:?}"
+        );
+        assert!(
+            failed
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("wit-version")
+                    && e.payload["reason"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("wit-major.wasm")),
+            "{backend:?}: {failed:?}"
+        );
+        host.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_attestor_is_loaded_and_removed_and_a_failed_pin_keeps_the_old_one() {
+    let host = TestHost::start_with(HostOptions {
+        attestors_poll_ms: Some(0),
+        ..HostOptions::new(Backend::Sqlite)
+    })
+    .await;
+    let dir = host.data.join("attestors");
+    let watch = host.running.attestors.clone();
+    let challenge = sha256_of(gatehouse_test_artifacts::CHALLENGE);
+
+    std::fs::copy(
+        gatehouse_test_artifacts::CHALLENGE,
+        dir.join("challenge.wasm"),
+    )
+    .unwrap();
+    let reload = watch.reload().await;
+    assert_eq!(reload.changes.len(), 1, "{:?}", reload.changes);
+    assert_eq!(reload.changes[0].kind.event_kind(), "attestor.loaded");
+    assert!(host.running.join.runtime().contains("challenge"));
+    // Nothing changed: nothing reported, nothing reloaded.
+    assert!(watch.reload().await.changes.is_empty());
+
+    // A pin the file does not match: refused, the loaded one keeps serving.
+    let mut config = gatehouse::config::Config::load(&host.data.join("gatehouse.toml")).unwrap();
+    config.runtime.attestors_dir = Some(dir.clone());
+    config
+        .attestors
+        .entry("challenge".into())
+        .or_default()
+        .sha256 = Some("0".repeat(64));
+    let reload = watch.reload_with(config.runtime()).await;
+    assert_eq!(reload.changes.len(), 1, "{:?}", reload.changes);
+    assert_eq!(reload.changes[0].kind.event_kind(), "attestor.load-failed");
+    assert_eq!(reload.changes[0].code, Some("sha256-pin"));
+    assert_eq!(
+        reload.changes[0].sha256.as_deref(),
+        Some(challenge.as_str())
+    );
+    assert!(host.running.join.runtime().contains("challenge"));
+
+    // Removed (pin lifted): gone, and a request naming it is refused unknown-attestor.
+    config.attestors.remove("challenge");
+    std::fs::remove_file(dir.join("challenge.wasm")).unwrap();
+    let reload = watch.reload_with(config.runtime()).await;
+    assert_eq!(reload.changes.len(), 1, "{:?}", reload.changes);
+    assert_eq!(reload.changes[0].kind.event_kind(), "attestor.removed");
+    assert!(!host.running.join.runtime().contains("challenge"));
+
+    let kinds: Vec<_> = attestor_events(&host.events().await)
+        .into_iter()
+        .map(|c| (c.0, c.1, c.2))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (
+                "attestor.loaded".into(),
+                Some("challenge".into()),
+                challenge.clone()
+            ),
+            (
+                "attestor.load-failed".into(),
+                Some("challenge".into()),
+                challenge.clone()
+            ),
+            (
+                "attestor.removed".into(),
+                Some("challenge".into()),
+                challenge.clone()
+            ),
+        ]
+    );
+    host.stop().await;
+}
+
+/// The variable naming the SIGHUP test's host configuration.
+const HOST_CONFIG: &str = "GATEHOUSE_RELOAD_HOST_CONFIG";
+
+/// Not a test: the SIGHUP test's host process. Serves `gatehouse serve --config` until
+/// SIGTERM when [`HOST_CONFIG`] is set, and returns at once otherwise.
+#[test]
+#[ignore = "the host process of `reload::sighup_reloads_attestors_without_dropping_a_join`"]
+fn sighup_host_process() {
+    let Some(config) = std::env::var_os(HOST_CONFIG) else {
+        return;
+    };
+    let config = config.to_string_lossy().into_owned();
+    let cli =
+        gatehouse::cli::Cli::try_parse_args(["gatehouse", "serve", "--config", &config]).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime
+        .block_on(gatehouse::cli::run(cli))
+        .expect("the host serves");
+}
+
+/// The child host, killed if the test ends early.
+struct HostChild(Child);
+
+impl Drop for HostChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sighup_reloads_attestors_without_dropping_a_join() {
+    let file = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN);
+    let builtin = builtin_join_token();
+    let replacement = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT);
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let files = gatehouse::app::dev::prepare(&data, "127.0.0.1:0").unwrap();
+    // Only SIGHUP reloads: the poll is off.
+    let mut table: toml::Table =
+        toml::from_str(&std::fs::read_to_string(&files.config).unwrap()).unwrap();
+    let runtime = table
+        .entry("runtime")
+        .or_insert(toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap();
+    runtime.insert("attestors_poll_ms".into(), 0.into());
+    std::fs::write(&files.config, toml::to_string(&table).unwrap()).unwrap();
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "reload::sighup_host_process",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOST_CONFIG, &files.config)
+        .env("GATEHOUSE_LOG", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let child = HostChild(child);
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = loop {
+        let line = lines.next().expect("the host printed its address").unwrap();
+        // After libtest's `test … ` on the same line.
+        if let Some((_, addr)) = line.split_once("gatehouse listening on https://") {
+            break addr.trim().parse::<std::net::SocketAddr>().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let trust: JoinTrust =
+        serde_json::from_str(&std::fs::read_to_string(&files.join_trust).unwrap()).unwrap();
+    let admin_key = std::fs::read_to_string(&files.admin_key)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let url = format!("https://localhost:{}", addr.port());
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(trust.tls_ca_pem.as_bytes()).unwrap())
+        .resolve("localhost", addr)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..300 {
+        let created: serde_json::Value = http
+            .post(format!("{url}/v1/admin/tokens"))
+            .bearer_auth(&admin_key)
+            .json(&serde_json::json!({ "role": "node", "uses": 1, "ttlSeconds": 3600 }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        tokens.push(TokenString::parse(created["token"].as_str().unwrap()).unwrap());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let joins = tokio::spawn(join_loop(url.clone(), trust.clone(), tokens, stop.clone()));
+    let settle = || tokio::time::sleep(Duration::from_millis(500));
+    let dir = data.join("attestors");
+
+    settle().await;
+    deploy(
+        &dir,
+        "jt.wasm",
+        &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT).unwrap(),
+    );
+    settle().await;
+    // Not yet: only SIGHUP loads it.
+    until_served(&http, &url, &admin_key, &builtin, "built-in").await;
+    signal(&child.0, "HUP");
+    until_served(&http, &url, &admin_key, &replacement, "file").await;
+    settle().await;
+    deploy(
+        &dir,
+        "jt.wasm",
+        &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN).unwrap(),
+    );
+    signal(&child.0, "HUP");
+    until_served(&http, &url, &admin_key, &file, "file").await;
+    settle().await;
+    deploy(
+        &dir,
+        "jt.wasm",
+        &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT).unwrap(),
+    );
+    signal(&child.0, "HUP");
+    until_served(&http, &url, &admin_key, &replacement, "file").await;
+    settle().await;
+    std::fs::remove_file(dir.join("jt.wasm")).unwrap();
+    signal(&child.0, "HUP");
+    until_served(&http, &url, &admin_key, &builtin, "built-in").await;
+    settle().await;
+    stop.store(true, Ordering::Relaxed);
+    let (joined, failures) = joins.await.unwrap();
+    assert!(failures.is_empty(), "joins failed: {failures:?}");
+    assert!(joined > 0);
+
+    // SIGHUP did not stop it; SIGTERM does, cleanly.
+    let mut child = child;
+    signal(&child.0, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the host did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+
+    let db = Db::connect(&sqlite_url(&data.join("gatehouse.db")).unwrap())
+        .await
+        .unwrap();
+    let mut tx = db.begin().await.unwrap();
+    let events = tx.list_events(0, 10_000).await.unwrap();
+    tx.commit().await.unwrap();
+    db.close().await;
+    assert_eq!(
+        events.iter().filter(|e| e.kind == "node.joined").count(),
+        joined
+    );
+    assert_each_join_decided_by_one_version(&events, &builtin, &file, &replacement);
+    let replaced: Vec<_> = attestor_events(&events)
+        .into_iter()
+        .filter(|c| c.0 == "attestor.replaced")
+        .map(|c| c.2)
+        .collect();
+    assert_eq!(
+        replaced,
+        vec![
+            replacement.clone(),
+            file.clone(),
+            replacement.clone(),
+            builtin.clone()
+        ]
+    );
+}
