@@ -21,9 +21,41 @@ pub(crate) fn outer_target_dir(out_dir: &Path) -> Result<PathBuf, BuildError> {
         .ok_or_else(|| BuildError::UnexpectedOutDir(out_dir.to_owned()))
 }
 
+/// The nested target directory of the workspace whose manifest is `manifest` (below `root`,
+/// the repository): `<outer>/components/<its directory, '/' as '-'>`, e.g.
+/// `components/examples-attestor`. Each guest workspace has its own `Cargo.lock`; two of them
+/// building one crate (the SDK) into one directory can leave two artifacts of that crate
+/// side by side, and rustc may then link the one the other lockfile built.
+pub(crate) fn workspace_target_dir(outer: &Path, root: &Path, manifest: &Path) -> PathBuf {
+    let dir = manifest.parent().unwrap_or(manifest);
+    let relative = dir.strip_prefix(root).unwrap_or(dir);
+    let name: Vec<String> = relative
+        .components()
+        .filter_map(|part| match part {
+            std::path::Component::Normal(name) => Some(name.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    outer.join("components").join(name.join("-"))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::outer_target_dir;
+    use super::{outer_target_dir, workspace_target_dir};
+
+    #[test]
+    fn each_workspace_has_its_own_nested_target_dir() {
+        let outer = Path::new("/w/target");
+        let root = Path::new("/w");
+        assert_eq!(
+            workspace_target_dir(outer, root, Path::new("/w/attestors/Cargo.toml")),
+            Path::new("/w/target/components/attestors")
+        );
+        assert_eq!(
+            workspace_target_dir(outer, root, Path::new("/w/examples/attestor/Cargo.toml")),
+            Path::new("/w/target/components/examples-attestor")
+        );
+    }
     use std::path::Path;
 
     #[test]

@@ -12,9 +12,10 @@
 //! script run again when a source changes. [`build_binaries`] does the same for native
 //! executables (the example's agent-side producer).
 //!
-//! The nested cargo uses its own target directory, `<outer target dir>/components`: sharing
-//! the outer one would deadlock on its lock, and one directory for every caller means the host
-//! and the tests share one wasm build of each workspace. It runs without the outer build's
+//! The nested cargo uses a target directory of its own for each workspace,
+//! `<outer target dir>/components/<workspace>`: sharing the outer one would deadlock on its
+//! lock, one directory per workspace (not per caller) means the host and the tests share one
+//! wasm build of each workspace, and not one for all keeps the workspaces' lockfiles apart. It runs without the outer build's
 //! `RUSTFLAGS` and `rustc` wrappers (they are for the host target, and a wrapper such as
 //! clippy-driver must not see the wasm build), and with the outer cargo's jobserver, so it uses
 //! no more cores than the outer build was given.
@@ -98,8 +99,16 @@ fn try_build(workspace: &Path, kind: Kind, packages: &[&str]) -> Result<Vec<Buil
     if kind == Kind::Component {
         cargo::check_target_installed(&rustc)?;
     }
-    let workspace = manifest_dir.join(workspace);
-    let target_dir = layout::outer_target_dir(&out_dir)?.join("components");
+    let workspace = normalize(&manifest_dir.join(workspace));
+    // The sources of path dependencies outside the workspace (the SDK, its WIT) are in the
+    // `.d` files; their manifests are found below the repository root.
+    let root = manifest_dir
+        .ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .unwrap_or(Path::new("/"))
+        .to_owned();
+    let target_dir =
+        layout::workspace_target_dir(&layout::outer_target_dir(&out_dir)?, &root, &workspace);
 
     let artifacts = cargo::build(&cargo, &workspace, &target_dir, kind, packages)?;
 
@@ -110,13 +119,6 @@ fn try_build(workspace: &Path, kind: Kind, packages: &[&str]) -> Result<Vec<Buil
             root.join("Cargo.lock").display()
         );
     }
-    // The sources of path dependencies outside the workspace (the SDK, its WIT) are in the
-    // `.d` files; their manifests are found below the repository root.
-    let root = manifest_dir
-        .ancestors()
-        .find(|dir| dir.join(".git").exists())
-        .unwrap_or(Path::new("/"))
-        .to_owned();
     let copies = out_dir.join(match kind {
         Kind::Component => "components",
         Kind::Binary => "binaries",
@@ -147,6 +149,22 @@ fn try_build(workspace: &Path, kind: Kind, packages: &[&str]) -> Result<Vec<Buil
             })
         })
         .collect()
+}
+
+/// `path` with its `.` and `..` components resolved lexically (`host/../attestors` is
+/// `attestors`), so that one workspace has one name whichever package's build script asks.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// The sources an artifact was built from, from the `.d` file cargo writes beside it.
