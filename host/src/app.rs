@@ -15,6 +15,7 @@ use crate::pki::Pki;
 use crate::runtime::Runtime;
 use crate::store::Db;
 
+pub mod fetch;
 mod reload;
 pub use reload::AttestorWatch;
 
@@ -87,6 +88,10 @@ pub enum StartError {
     /// Another host holds this data directory's SQLite database.
     #[error("data directory {0} is in use by another gatehouse host (its lock is held)")]
     Locked(PathBuf),
+    /// A fetched configuration value has neither a kept copy nor an answer
+    /// (`[attestors.<id>.fetch]`), or its client cannot be set up.
+    #[error("fetched configuration: {0}")]
+    Fetch(String),
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -166,6 +171,8 @@ pub struct Running {
     started: Config,
     /// The poll of `attestors_dir`, stopped on shutdown.
     watcher: Option<tokio::task::JoinHandle<()>>,
+    /// The refreshes of fetched configuration values, stopped on shutdown.
+    refreshers: Vec<tokio::task::JoinHandle<()>>,
     /// The data directory's lock, held while the host runs on SQLite.
     _lock: Option<std::fs::File>,
 }
@@ -196,6 +203,9 @@ impl Running {
     pub async fn shutdown(self) {
         if let Some(watcher) = &self.watcher {
             watcher.abort();
+        }
+        for refresher in &self.refreshers {
+            refresher.abort();
         }
         self.server.shutdown().await;
         if let Some(observability) = self.observability {
@@ -288,6 +298,11 @@ impl Running {
                 config.runtime.attestors_poll_ms != started.runtime.attestors_poll_ms,
                 "runtime.attestors_poll_ms",
             ),
+            (
+                config.attestors.iter().map(|(id, s)| (id, &s.fetch)).filter(|(_, f)| !f.is_empty()).collect::<Vec<_>>()
+                    != started.attestors.iter().map(|(id, s)| (id, &s.fetch)).filter(|(_, f)| !f.is_empty()).collect::<Vec<_>>(),
+                "attestors.<id>.fetch",
+            ),
         ] {
             if changed {
                 done.needs_restart.push(what.to_owned());
@@ -333,7 +348,15 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     {
         tracing::warn!(error = %e, "log_level not applied");
     }
-    let runtime = Arc::new(Runtime::load(&config.runtime(), builtin_attestors()).await?);
+    let fetches = fetch::Fetch::all(config).map_err(|e| StartError::Fetch(e.to_string()))?;
+    let fetched = Arc::new(
+        fetch::Fetched::prime(&fetches)
+            .await
+            .map_err(StartError::Fetch)?,
+    );
+    let mut runtime_config = config.runtime();
+    fetched.apply(&mut runtime_config);
+    let runtime = Arc::new(Runtime::load(&runtime_config, builtin_attestors()).await?);
     let mut join = JoinService::new(db.clone(), runtime, pki.clone(), config.join_settings());
     let mut sink = None;
     if let Some(sink_config) = config.audit_sink() {
@@ -389,7 +412,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     };
     let sweeper = tokio::spawn(sweep_superseded(db.clone()));
     tracing::info!(addr = %server.addr, trust_domain = %pki.trust_domain(), "gatehouse serving");
-    let attestors = AttestorWatch::new(join.clone(), db.clone(), config.runtime());
+    let attestors = AttestorWatch::new(join.clone(), db.clone(), config.runtime(), fetched.clone());
+    let refreshers = fetch::refresh(fetches, fetched, attestors.clone(), db.clone());
     let watcher = (config.runtime.attestors_poll_ms > 0).then(|| {
         tokio::spawn(
             attestors
@@ -409,6 +433,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         tls: tls_certificate,
         started: config.clone(),
         watcher,
+        refreshers,
         _lock: lock,
     })
 }

@@ -25,6 +25,11 @@
 //! # reclaim = true                 # may re-key nodes without a token (see JoinService)
 //! [attestors.join-token.config]    # handed to the attestor as JSON
 //!
+//! [attestors.cloud-iid.fetch."providers.gcp.jwks"]   # a value the host keeps fresh
+//! url = "https://www.googleapis.com/oauth2/v3/certs"
+//! every_seconds = 3600             # fetched at start, then this often, never during a join
+//! # ca_file = "internal-ca.pem"   # trust only this CA; format = "text" for PEM
+//!
 //! [attestors.join-token-next]      # a candidate run beside join-token, never acting
 //! shadow_of = "join-token"
 //! file = "join-token-2.wasm"       # under attestors_dir; not loaded as a live attestor
@@ -232,6 +237,22 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl LimitsSection {
+    /// Every fetched key names a place in its attestor's configuration that nothing else
+    /// fills (checked after `files` are read in).
+    fn check_fetch_keys(&self) -> Result<(), ConfigError> {
+        for (id, section) in &self.attestors {
+            for key in section.fetch.keys() {
+                let path = fetch_key_path(key).unwrap_or_default();
+                if !fetch_key_free(section.config.as_ref(), &path) {
+                    return Err(ConfigError::Invalid(format!(
+                        "attestors.{id}.fetch.\"{key}\": the key is already set in attestors.{id}.config (or files), or a value on its path is not a table"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |what: &str| Err(ConfigError::Invalid(format!("limits.{what}")));
         if !(1..=1_000_000).contains(&self.max_connections) {
@@ -425,6 +446,74 @@ pub struct AttestorSection {
     /// for a vendor trust bundle. A key may not also be in `config`.
     #[serde(default)]
     pub files: BTreeMap<String, PathBuf>,
+    /// Configuration values the host fetches and keeps fresh, by the dotted path of the key
+    /// each fills in `config` (e.g. `"providers.gcp.jwks"` = Google's JWKS): fetched at start
+    /// and then every `every_seconds`, never during a join (see `app::fetch`). A key may not
+    /// also be in `config` or `files`.
+    #[serde(default)]
+    pub fetch: BTreeMap<String, FetchSource>,
+}
+
+/// `[attestors.<id>.fetch."<dotted.key>"]`: where a configuration value comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchSource {
+    /// `https://` (or `http://` to a loopback address); redirects are not followed.
+    pub url: String,
+    /// How often to fetch again, in seconds (1 to 86400).
+    #[serde(default = "default_fetch_every")]
+    pub every_seconds: u64,
+    /// Trust only this CA file's certificates (PEM) instead of the system's bundle.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// What the body is: JSON (the value is the parsed document) or text (a string).
+    #[serde(default)]
+    pub format: FetchFormat,
+}
+
+/// How a fetched body becomes a configuration value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FetchFormat {
+    /// A JSON document, inserted as JSON (a JWKS).
+    #[default]
+    Json,
+    /// UTF-8 text, inserted as one string (PEM certificates).
+    Text,
+}
+
+fn default_fetch_every() -> u64 {
+    3600
+}
+
+/// Most fetched values one attestor may have.
+const MAX_FETCHES: usize = 16;
+
+/// The segments of a fetched value's dotted key (`providers.gcp.jwks`): 1 to 8 segments of
+/// ASCII letters, digits, `-` and `_`.
+pub fn fetch_key_path(key: &str) -> Option<Vec<&str>> {
+    let parts: Vec<&str> = key.split('.').collect();
+    let valid = |p: &&str| {
+        !p.is_empty()
+            && p.len() <= 64
+            && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    (parts.len() <= 8 && parts.iter().all(valid)).then_some(parts)
+}
+
+/// Whether `table` leaves room for a value at `path`: every table on the way is a table or
+/// absent, and the key itself is absent.
+fn fetch_key_free(table: Option<&toml::Table>, path: &[&str]) -> bool {
+    let Some(table) = table else { return true };
+    match path {
+        [] => true,
+        [last] => !table.contains_key(*last),
+        [first, rest @ ..] => match table.get(*first) {
+            None => true,
+            Some(toml::Value::Table(inner)) => fetch_key_free(Some(inner), rest),
+            Some(_) => false,
+        },
+    }
 }
 
 impl Config {
@@ -504,6 +593,7 @@ impl Config {
         })?;
         config.validate()?;
         config.read_files()?;
+        config.check_fetch_keys()?;
         Ok(config)
     }
 
@@ -605,6 +695,31 @@ impl Config {
                     return Err(ConfigError::Invalid(format!(
                         "attestors.{id}.shadow_of must name another, live attestor"
                     )));
+                }
+            }
+            if !section.fetch.is_empty() && !crate::join::request::valid_attestor_id(id) {
+                return Err(ConfigError::Invalid(format!(
+                    "attestors.{id}.fetch: {id:?} is not an attestor id (its copies are kept under data_dir/fetched/<id>)"
+                )));
+            }
+            if section.fetch.len() > MAX_FETCHES {
+                return Err(ConfigError::Invalid(format!(
+                    "attestors.{id}.fetch: at most {MAX_FETCHES} values"
+                )));
+            }
+            for (key, source) in &section.fetch {
+                let invalid = |why: String| {
+                    ConfigError::Invalid(format!("attestors.{id}.fetch.\"{key}\": {why}"))
+                };
+                if fetch_key_path(key).is_none() {
+                    return Err(invalid(
+                        "the key is 1 to 8 dot-separated names of letters, digits, - and _"
+                            .into(),
+                    ));
+                }
+                crate::outbound::check_url(&source.url).map_err(|e| invalid(e.to_string()))?;
+                if !(1..=86_400).contains(&source.every_seconds) {
+                    return Err(invalid("every_seconds must be 1 to 86400".into()));
                 }
             }
             if let Some(pin) = &section.sha256
@@ -712,6 +827,64 @@ mod tests {
     }
 
     const BASE: &str = "data_dir = \"/d\"\n[tls]\ncert = \"c.pem\"\nkey = \"/k.pem\"\n";
+
+    #[test]
+    fn fetched_values_are_checked_when_the_file_loads() {
+        let fetch = |extra: &str| {
+            parse(&format!(
+                "{BASE}[attestors.cloud-iid.fetch.\"providers.gcp.jwks\"]\n{extra}"
+            ))
+        };
+        let c = fetch("url = \"https://www.googleapis.com/oauth2/v3/certs\"\n").unwrap();
+        let source = &c.attestors["cloud-iid"].fetch["providers.gcp.jwks"];
+        assert_eq!(source.every_seconds, 3600);
+        assert_eq!(source.format, FetchFormat::Json);
+        assert!(fetch("url = \"http://127.0.0.1:9/jwks\"\nformat = \"text\"\n").is_ok());
+        for (extra, why) in [
+            ("url = \"http://keys.example.com/\"\n", "loopback"),
+            ("url = \"https://k/\"\nevery_seconds = 0\n", "every_seconds"),
+            ("url = \"https://k/\"\nevery_seconds = 86401\n", "every_seconds"),
+            ("url = \"https://k/\"\nformat = \"xml\"\n", "format"),
+            ("url = \"https://k/\"\nheaders = 1\n", "headers"),
+        ] {
+            let e = fetch(extra).unwrap_err();
+            assert!(e.contains(why), "{extra}: {e}");
+        }
+        for key in ["", "a..b", "a.b c", "../x", "a.b.c.d.e.f.g.h.i"] {
+            let e = parse(&format!(
+                "{BASE}[attestors.x.fetch.\"{key}\"]\nurl = \"https://k/\"\n"
+            ))
+            .unwrap_err();
+            assert!(e.contains("dot-separated"), "{key:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_fetched_key_may_not_be_set_another_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.toml");
+        let load = |attestor: &str| {
+            let text = format!(
+                "data_dir = \"{}\"\n[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n{attestor}[attestors.a.fetch.\"providers.gcp.jwks\"]\nurl = \"https://k/\"\n",
+                dir.path().display()
+            );
+            std::fs::write(&path, text).unwrap();
+            Config::load(&path).map_err(|e| e.to_string())
+        };
+        assert!(load("").is_ok());
+        assert!(load("[attestors.a.config.providers.gcp]\naudience = \"x\"\n").is_ok());
+        for clash in [
+            "[attestors.a.config.providers.gcp]\njwks = \"{}\"\n",
+            "[attestors.a.config]\nproviders = \"not a table\"\n",
+            "[attestors.a.config.providers]\ngcp = 1\n",
+        ] {
+            let e = load(clash).unwrap_err();
+            assert!(e.contains("already set"), "{clash}: {e}");
+        }
+        std::fs::write(dir.path().join("jwks.json"), "{}").unwrap();
+        let e = load("[attestors.a.files]\nproviders = \"jwks.json\"\n").unwrap_err();
+        assert!(e.contains("already set"), "{e}");
+    }
 
     /// The production example the README points at loads, with the settings it documents.
     #[test]

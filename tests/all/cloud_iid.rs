@@ -19,7 +19,7 @@ use crate::common::{Backend, HostOptions, TestHost, backends};
 const MINUTE: i64 = 60_000;
 
 /// One set of stand-in provider keys for the whole suite (RSA key generation is slow).
-fn keys() -> &'static Providers {
+pub(crate) fn keys() -> &'static Providers {
     static KEYS: OnceLock<Providers> = OnceLock::new();
     KEYS.get_or_init(Providers::new)
 }
@@ -41,7 +41,7 @@ async fn host(backend: Backend) -> TestHost {
 }
 
 /// Joins `host` with `evidence` through the agent's join loop, as a node, with no token.
-async fn cloud_join(host: &TestHost, evidence: CloudIidEvidence) -> Result<Joined, JoinError> {
+pub(crate) async fn cloud_join(host: &TestHost, evidence: CloudIidEvidence) -> Result<Joined, JoinError> {
     let client = JoinClient::new(&host.url(), &host.trust)?;
     let key = NodeKey::generate()?;
     let mut producer = CloudIidProducer::new(CLOUD_IID, Role::Node, evidence);

@@ -66,6 +66,8 @@ pub struct HostOptions {
     pub shadows: Vec<(String, String, Option<PathBuf>)>,
     /// `[runtime] attestors_poll_ms`, when not the default.
     pub attestors_poll_ms: Option<u64>,
+    /// `[attestors.<id>.fetch."<key>"]`: (id, dotted key, source).
+    pub fetch: Vec<(String, String, gatehouse::config::FetchSource)>,
 }
 
 impl HostOptions {
@@ -87,6 +89,7 @@ impl HostOptions {
             metrics_listen: None,
             shadows: vec![],
             attestors_poll_ms: None,
+            fetch: vec![],
         }
     }
 }
@@ -217,6 +220,10 @@ impl TestHost {
             let section = config.attestors.entry(id.clone()).or_default();
             section.shadow_of = Some(of.clone());
             section.file = file.clone();
+        }
+        for (id, key, source) in &opts.fetch {
+            let section = config.attestors.entry(id.clone()).or_default();
+            section.fetch.insert(key.clone(), source.clone());
         }
         if let Some(ms) = opts.attestors_poll_ms {
             config.runtime.attestors_poll_ms = ms;

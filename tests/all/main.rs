@@ -13,6 +13,7 @@ mod challenge;
 mod cloud_iid;
 mod common;
 mod discovery;
+mod fetch;
 mod hostile;
 mod join_token;
 mod lists;

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::fetch::Fetched;
 use crate::join::JoinService;
 use crate::runtime::{ChangeKind, Reload, RuntimeConfig};
 use crate::store::{Db, NewEvent};
@@ -28,14 +29,22 @@ pub struct AttestorWatch {
     db: Db,
     /// The settings the next reload uses (SIGHUP replaces them).
     config: tokio::sync::Mutex<RuntimeConfig>,
+    /// The fetched configuration values, laid over `config` at every reload.
+    fetched: Arc<Fetched>,
 }
 
 impl AttestorWatch {
-    pub(super) fn new(join: Arc<JoinService>, db: Db, config: RuntimeConfig) -> Arc<Self> {
+    pub(super) fn new(
+        join: Arc<JoinService>,
+        db: Db,
+        config: RuntimeConfig,
+        fetched: Arc<Fetched>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             join,
             db,
             config: tokio::sync::Mutex::new(config),
+            fetched,
         })
     }
 
@@ -56,7 +65,9 @@ impl AttestorWatch {
     }
 
     async fn reload_locked(&self, config: &RuntimeConfig) -> Reload {
-        let reload = self.join.runtime().reload(config).await;
+        let mut config = config.clone();
+        self.fetched.apply(&mut config);
+        let reload = self.join.runtime().reload(&config).await;
         for change in &reload.changes {
             let payload = change.payload();
             let id = change.id.as_deref().unwrap_or("");
