@@ -299,8 +299,18 @@ impl Running {
                 "runtime.attestors_poll_ms",
             ),
             (
-                config.attestors.iter().map(|(id, s)| (id, &s.fetch)).filter(|(_, f)| !f.is_empty()).collect::<Vec<_>>()
-                    != started.attestors.iter().map(|(id, s)| (id, &s.fetch)).filter(|(_, f)| !f.is_empty()).collect::<Vec<_>>(),
+                config
+                    .attestors
+                    .iter()
+                    .map(|(id, s)| (id, &s.fetch))
+                    .filter(|(_, f)| !f.is_empty())
+                    .collect::<Vec<_>>()
+                    != started
+                        .attestors
+                        .iter()
+                        .map(|(id, s)| (id, &s.fetch))
+                        .filter(|(_, f)| !f.is_empty())
+                        .collect::<Vec<_>>(),
                 "attestors.<id>.fetch",
             ),
         ] {

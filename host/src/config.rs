@@ -237,22 +237,6 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl LimitsSection {
-    /// Every fetched key names a place in its attestor's configuration that nothing else
-    /// fills (checked after `files` are read in).
-    fn check_fetch_keys(&self) -> Result<(), ConfigError> {
-        for (id, section) in &self.attestors {
-            for key in section.fetch.keys() {
-                let path = fetch_key_path(key).unwrap_or_default();
-                if !fetch_key_free(section.config.as_ref(), &path) {
-                    return Err(ConfigError::Invalid(format!(
-                        "attestors.{id}.fetch.\"{key}\": the key is already set in attestors.{id}.config (or files), or a value on its path is not a table"
-                    )));
-                }
-            }
-        }
-        Ok(())
-    }
-
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |what: &str| Err(ConfigError::Invalid(format!("limits.{what}")));
         if !(1..=1_000_000).contains(&self.max_connections) {
@@ -496,7 +480,8 @@ pub fn fetch_key_path(key: &str) -> Option<Vec<&str>> {
     let valid = |p: &&str| {
         !p.is_empty()
             && p.len() <= 64
-            && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
     (parts.len() <= 8 && parts.iter().all(valid)).then_some(parts)
 }
@@ -628,6 +613,22 @@ impl Config {
         Ok(())
     }
 
+    /// Every fetched key names a place in its attestor's configuration that nothing else
+    /// fills (checked after `files` are read in).
+    fn check_fetch_keys(&self) -> Result<(), ConfigError> {
+        for (id, section) in &self.attestors {
+            for key in section.fetch.keys() {
+                let path = fetch_key_path(key).unwrap_or_default();
+                if !fetch_key_free(section.config.as_ref(), &path) {
+                    return Err(ConfigError::Invalid(format!(
+                        "attestors.{id}.fetch.\"{key}\": the key is already set in attestors.{id}.config (or files), or a value on its path is not a table"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         self.limits.validate()?;
         let r = &self.runtime;
@@ -713,8 +714,7 @@ impl Config {
                 };
                 if fetch_key_path(key).is_none() {
                     return Err(invalid(
-                        "the key is 1 to 8 dot-separated names of letters, digits, - and _"
-                            .into(),
+                        "the key is 1 to 8 dot-separated names of letters, digits, - and _".into(),
                     ));
                 }
                 crate::outbound::check_url(&source.url).map_err(|e| invalid(e.to_string()))?;
@@ -843,7 +843,10 @@ mod tests {
         for (extra, why) in [
             ("url = \"http://keys.example.com/\"\n", "loopback"),
             ("url = \"https://k/\"\nevery_seconds = 0\n", "every_seconds"),
-            ("url = \"https://k/\"\nevery_seconds = 86401\n", "every_seconds"),
+            (
+                "url = \"https://k/\"\nevery_seconds = 86401\n",
+                "every_seconds",
+            ),
             ("url = \"https://k/\"\nformat = \"xml\"\n", "format"),
             ("url = \"https://k/\"\nheaders = 1\n", "headers"),
         ] {

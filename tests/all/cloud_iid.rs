@@ -41,7 +41,10 @@ async fn host(backend: Backend) -> TestHost {
 }
 
 /// Joins `host` with `evidence` through the agent's join loop, as a node, with no token.
-pub(crate) async fn cloud_join(host: &TestHost, evidence: CloudIidEvidence) -> Result<Joined, JoinError> {
+pub(crate) async fn cloud_join(
+    host: &TestHost,
+    evidence: CloudIidEvidence,
+) -> Result<Joined, JoinError> {
     let client = JoinClient::new(&host.url(), &host.trust)?;
     let key = NodeKey::generate()?;
     let mut producer = CloudIidProducer::new(CLOUD_IID, Role::Node, evidence);

@@ -110,7 +110,13 @@ fn options(backend: Backend, url: &str, every_seconds: u64) -> HostOptions {
 
 /// A GCE identity token for instance `instance`, signed by `key` under `kid`.
 async fn token(host: &TestHost, instance: &str, kid: &str, key: &mint::RsaKey) -> CloudIidEvidence {
-    keys().gcp_with("acct-gcp", instance, host.now().await, Some(kid), Sign::Rs256(key))
+    keys().gcp_with(
+        "acct-gcp",
+        instance,
+        host.now().await,
+        Some(kid),
+        Sign::Rs256(key),
+    )
 }
 
 async fn admitted(host: &TestHost, evidence: CloudIidEvidence, what: &str) {
@@ -120,13 +126,22 @@ async fn admitted(host: &TestHost, evidence: CloudIidEvidence, what: &str) {
 }
 
 async fn refused(host: &TestHost, evidence: CloudIidEvidence, what: &str) {
-    assert!(cloud_join(host, evidence).await.is_err(), "{what}: admitted");
+    assert!(
+        cloud_join(host, evidence).await.is_err(),
+        "{what}: admitted"
+    );
 }
 
 /// Waits (10 s at most) until an event of `kind` is recorded after the first `seen` events.
 async fn event_after(host: &TestHost, seen: usize, kind: &str) -> gatehouse::store::EventRow {
     for _ in 0..100 {
-        if let Some(e) = host.events().await.into_iter().skip(seen).find(|e| e.kind == kind) {
+        if let Some(e) = host
+            .events()
+            .await
+            .into_iter()
+            .skip(seen)
+            .find(|e| e.kind == kind)
+        {
             return e;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -139,16 +154,39 @@ async fn refreshes(backend: Backend) {
     let new = mint::rsa_key();
     let server = KeyServer::start(&mint::jwks(&[mint::rsa_jwk(old, "gcp-1")])).await;
     let host = TestHost::start_with(options(backend, &server.url(), 1)).await;
-    admitted(&host, token(&host, "i-1", "gcp-1", old).await, "the fetched key").await;
-    refused(&host, token(&host, "i-2", "gcp-2", &new).await, "a key not published yet").await;
+    admitted(
+        &host,
+        token(&host, "i-1", "gcp-1", old).await,
+        "the fetched key",
+    )
+    .await;
+    refused(
+        &host,
+        token(&host, "i-2", "gcp-2", &new).await,
+        "a key not published yet",
+    )
+    .await;
 
     // Google rotates: gcp-2 published alone. Within a refresh it is admitted and gcp-1 is not.
     let seen = host.events().await.len();
-    server.answer(200, &mint::jwks(&[mint::rsa_jwk(&new, "gcp-2")]).to_string());
+    server.answer(
+        200,
+        &mint::jwks(&[mint::rsa_jwk(&new, "gcp-2")]).to_string(),
+    );
     let replaced = event_after(&host, seen, "attestor.replaced").await;
     assert_eq!(replaced.attestor.as_deref(), Some(CLOUD_IID));
-    admitted(&host, token(&host, "i-3", "gcp-2", &new).await, "the rotated-in key").await;
-    refused(&host, token(&host, "i-4", "gcp-1", old).await, "the rotated-out key").await;
+    admitted(
+        &host,
+        token(&host, "i-3", "gcp-2", &new).await,
+        "the rotated-in key",
+    )
+    .await;
+    refused(
+        &host,
+        token(&host, "i-4", "gcp-1", old).await,
+        "the rotated-out key",
+    )
+    .await;
 
     // The key server fails: recorded once, the last good keys keep serving.
     let seen = host.events().await.len();
@@ -156,17 +194,37 @@ async fn refreshes(backend: Backend) {
     let failed = event_after(&host, seen, "attestor.fetch-failed").await;
     assert_eq!(failed.attestor.as_deref(), Some(CLOUD_IID));
     assert_eq!(failed.payload["key"], KEY);
-    assert!(failed.payload["why"].as_str().unwrap().contains("500"), "{failed:?}");
-    admitted(&host, token(&host, "i-5", "gcp-2", &new).await, "after a failed fetch").await;
+    assert!(
+        failed.payload["why"].as_str().unwrap().contains("500"),
+        "{failed:?}"
+    );
+    admitted(
+        &host,
+        token(&host, "i-5", "gcp-2", &new).await,
+        "after a failed fetch",
+    )
+    .await;
 
     // A JWKS the attestor's configure refuses (no keys): recorded, not applied.
     let seen = host.events().await.len();
     server.answer(200, r#"{"keys": []}"#);
     let refusal = event_after(&host, seen, "attestor.fetch-refused").await;
-    assert!(refusal.payload["why"].as_str().unwrap().contains("jwks"), "{refusal:?}");
-    admitted(&host, token(&host, "i-6", "gcp-2", &new).await, "after a refused JWKS").await;
     assert!(
-        host.events().await.iter().skip(seen).all(|e| e.kind != "attestor.replaced"),
+        refusal.payload["why"].as_str().unwrap().contains("jwks"),
+        "{refusal:?}"
+    );
+    admitted(
+        &host,
+        token(&host, "i-6", "gcp-2", &new).await,
+        "after a refused JWKS",
+    )
+    .await;
+    assert!(
+        host.events()
+            .await
+            .iter()
+            .skip(seen)
+            .all(|e| e.kind != "attestor.replaced"),
         "a refused value replaced the attestor"
     );
 
@@ -174,7 +232,12 @@ async fn refreshes(backend: Backend) {
     drop(server);
     for i in 0..3 {
         let instance = format!("i-gone-{i}");
-        admitted(&host, token(&host, &instance, "gcp-2", &new).await, "key server gone").await;
+        admitted(
+            &host,
+            token(&host, &instance, "gcp-2", &new).await,
+            "key server gone",
+        )
+        .await;
     }
     host.stop().await;
 }
@@ -220,6 +283,11 @@ async fn a_join_never_waits_on_the_key_server_and_a_restart_uses_the_kept_copy()
         ..options(Backend::Sqlite, nowhere, 3600)
     })
     .await;
-    admitted(&host, token(&host, "i-after", "gcp-1", old).await, "after the restart").await;
+    admitted(
+        &host,
+        token(&host, "i-after", "gcp-1", old).await,
+        "after the restart",
+    )
+    .await;
     host.stop().await;
 }

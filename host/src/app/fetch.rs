@@ -101,17 +101,28 @@ impl Fetch {
         url.set_query(None);
         let _ = url.set_password(None);
         let _ = url.set_username("");
-        format!("attestors.{}.fetch.\"{}\" from {url}", self.attestor, self.key)
+        format!(
+            "attestors.{}.fetch.\"{}\" from {url}",
+            self.attestor, self.key
+        )
     }
 
     /// Fetches the value once.
     pub async fn get(&self) -> Result<Value, FetchError> {
         let request = |e: reqwest::Error| FetchError::Request(outbound::without_url(e).to_string());
-        let mut response = self.client.get(self.url.clone()).send().await.map_err(request)?;
+        let mut response = self
+            .client
+            .get(self.url.clone())
+            .send()
+            .await
+            .map_err(request)?;
         if response.status() != reqwest::StatusCode::OK {
             return Err(FetchError::Status(response.status()));
         }
-        if response.content_length().is_some_and(|n| n > MAX_BODY as u64) {
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_BODY as u64)
+        {
             return Err(FetchError::TooLarge);
         }
         let mut body = Vec::new();
@@ -389,7 +400,11 @@ mod tests {
     #[test]
     fn a_value_goes_at_its_dotted_key_creating_tables_on_the_way() {
         let mut config = json!({ "maxAgeMs": 5, "providers": { "gcp": { "audience": "a" } } });
-        insert_at(&mut config, &["providers", "gcp", "jwks"], json!({ "keys": [] }));
+        insert_at(
+            &mut config,
+            &["providers", "gcp", "jwks"],
+            json!({ "keys": [] }),
+        );
         assert_eq!(
             config,
             json!({ "maxAgeMs": 5, "providers": { "gcp": { "audience": "a", "jwks": { "keys": [] } } } })
