@@ -796,7 +796,7 @@ async fn tenants_are_created_and_listed_and_machines_join_them() {
         let (exit, out) = host.cli(dir.path(), &["tenants", "create", "bad id"]).await;
         assert!(exit.output(out).is_err());
         let (exit, out) = host.cli(dir.path(), &["tenants", "list"]).await;
-        assert_eq!(exit.output(out).unwrap(), "acme\nroot\n");
+        assert_eq!(exit.output(out).unwrap(), "ID\nacme\nroot\n");
         let (exit, out) = host
             .cli(
                 dir.path(),
