@@ -16,7 +16,10 @@ fn approval(body: &[u8]) -> Result<Approve, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Approve::default());
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::InvalidInput(format!("the approval: {e}")))
+    // axum's own JSON reading, for its messages naming the field (`poolId: is not an id`).
+    Json::<Approve>::from_bytes(body)
+        .map(|Json(approve)| approve)
+        .map_err(|e| ApiError::InvalidInput(format!("the approval: {}", e.body_text())))
 }
 
 /// Join requests, newest first, a page at a time; pending ones unless `state` says otherwise.
