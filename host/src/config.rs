@@ -117,7 +117,8 @@ pub struct Config {
     /// The file holding the bundle's secret (GATEHOUSE_SECRET takes precedence).
     #[serde(default)]
     pub secret_file: Option<PathBuf>,
-    /// The file holding the admin API's bearer key.
+    /// The file holding the bootstrap admin key: the admin API's bearer for the identity
+    /// `admin` (named identities, `gatehouse admins add`, are in the database).
     #[serde(default = "default_admin_key")]
     pub admin_key_file: PathBuf,
     /// The API's TLS certificate and key.

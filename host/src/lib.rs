@@ -14,6 +14,7 @@ pub mod imports;
 pub mod join;
 pub mod logging;
 pub mod metrics;
+pub mod ops;
 pub mod outbound;
 pub mod pki;
 pub mod runtime;

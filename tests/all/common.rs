@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use gatehouse::app::{self, Running};
 use gatehouse::config::Config;
+use gatehouse::ops::types::CreatedToken;
 use gatehouse::pki::IssueRequest;
 use gatehouse::store::{
     AuditRow, EventRow, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole,
@@ -301,27 +302,43 @@ impl TestHost {
         .await
     }
 
-    /// Creates a token through the admin API with a whole request body.
+    /// Creates a token through the admin API with a whole request body (raw JSON, so tests
+    /// can send what the shared type would refuse to build).
     pub async fn create_token_with(&self, body: serde_json::Value) -> TokenString {
-        let resp = must(
-            self.http()
-                .post(format!("{}/v1/admin/tokens", self.url()))
-                .bearer_auth(&self.admin_key)
-                .json(&body)
-                .send()
-                .await,
-            "POST /v1/admin/tokens",
-        );
-        assert!(
-            resp.status().is_success(),
-            "token creation failed: {}",
-            resp.status()
-        );
-        let created: serde_json::Value = must(resp.json().await, "token json");
-        must(
-            TokenString::parse(created["token"].as_str().unwrap_or_default()),
-            "token text",
-        )
+        let (status, created) = self
+            .admin_call::<_, CreatedToken>(
+                &self.admin_key,
+                reqwest::Method::POST,
+                "/v1/admin/tokens",
+                Some(&body),
+            )
+            .await;
+        let created = created.unwrap_or_else(|| panic!("token creation failed: {status}"));
+        must(TokenString::parse(&created.token), "token text")
+    }
+
+    /// Calls the admin API as the holder of `key`: the status and, on success, the answer
+    /// read as the shared type `T` (the one the server writes and the CLI reads).
+    pub async fn admin_call<B: serde::Serialize + ?Sized, T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> (reqwest::StatusCode, Option<T>) {
+        let mut req = self
+            .http()
+            .request(method, format!("{}{path}", self.url()))
+            .bearer_auth(key);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = must(req.send().await, path);
+        let status = resp.status();
+        if !status.is_success() {
+            return (status, None);
+        }
+        (status, Some(must(resp.json().await, path)))
     }
 
     /// Revokes a token through the admin API.

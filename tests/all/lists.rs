@@ -321,7 +321,9 @@ async fn every_admin_list_pages() {
             let keys: Vec<String> = listed.iter().map(whole.2).collect();
             assert_eq!(keys, whole.1, "{backend:?} {args:?}");
         }
-        let (exit, out) = host.cli(dir.path(), &["audits", "--page-size", "2"]).await;
+        let (exit, out) = host
+            .cli(dir.path(), &["audits", "-o", "json", "--page-size", "2"])
+            .await;
         let out = exit.output(out).unwrap();
         let audits: Vec<i64> = out
             .lines()

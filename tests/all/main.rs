@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod admin;
+mod admins;
 mod agent_lifecycle;
 mod approval;
 mod attestors_check;

@@ -186,6 +186,18 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<crate::ops::OpsError> for ApiError {
+    fn from(e: crate::ops::OpsError) -> Self {
+        use crate::ops::OpsError;
+        match e {
+            OpsError::InvalidInput(m) => ApiError::InvalidInput(m),
+            OpsError::NotFound => ApiError::NotFound,
+            OpsError::Conflict(m) => ApiError::Conflict(m),
+            OpsError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         ApiError::Internal(e.to_string())

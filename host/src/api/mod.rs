@@ -1,22 +1,18 @@
 //! The HTTPS API: `POST /v1/join`, `POST /v1/renew` and the site routes (mTLS), the public
-//! trust, CRL, health and readiness routes ([`publish`]), and the admin routes, served by axum
-//! over rustls.
+//! trust, CRL, health and readiness routes ([`publish`]), the admin routes (`admin`, over
+//! [`crate::ops`]) and their OpenAPI document ([`openapi`]), served by axum over rustls.
 
 mod admin;
 mod error;
 mod join;
-mod join_requests;
 pub mod limits;
 mod middleware;
 mod mtls;
-mod pools;
-mod provisioning;
-mod prune;
+pub mod openapi;
 pub mod publish;
 mod renew;
 mod server;
 mod site;
-mod tenants;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +28,10 @@ pub use server::{ServerHandle, serve};
 use crate::join::JoinService;
 use crate::store::Db;
 
+/// The response header naming where the next page of an admin list starts, present when a
+/// page came back full.
+pub const NEXT_CURSOR: &str = "x-next-cursor";
+
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState {
@@ -39,7 +39,8 @@ pub struct AppState {
     pub join: Arc<JoinService>,
     /// The database, for the admin routes.
     pub db: Db,
-    /// SHA-256 of the admin API's bearer key.
+    /// SHA-256 of the configured admin key (`admin_key_file`), the bootstrap identity
+    /// `admin`; named identities are in the database ([`crate::ops::admins`]).
     pub admin_key_sha256: [u8; 32],
     /// The host's PKI: the CRL is signed and the SPIFFE bundle made with it.
     pub pki: Arc<crate::pki::Pki>,
@@ -92,80 +93,89 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .route("/v1/leases/{name}/renew", post(site::renew_lease))
         .route("/v1/leases/{name}/release", post(site::release))
         .route("/v1/site/discovery-tokens", post(site::discovery_token))
+        .route("/v1/openapi.json", get(openapi::document))
         .route(
             "/v1/admin/tokens",
-            post(admin::create_token).get(admin::list_tokens),
+            post(admin::tokens::create).get(admin::tokens::list),
         )
-        .route("/v1/admin/tokens/{id}/revoke", post(admin::revoke_token))
-        .route("/v1/admin/nodes", get(admin::list_nodes))
+        .route("/v1/admin/tokens/{id}/revoke", post(admin::tokens::revoke))
+        .route("/v1/admin/nodes", get(admin::nodes::list))
         .route(
             "/v1/admin/nodes/{id}",
-            get(admin::show_node).delete(admin::delete_node),
+            get(admin::nodes::show).delete(admin::nodes::delete),
         )
-        .route("/v1/admin/nodes/{id}/cordon", post(admin::cordon_node))
-        .route("/v1/admin/nodes/{id}/uncordon", post(admin::uncordon_node))
-        .route("/v1/admin/nodes/{id}/retire", post(admin::retire_node))
+        .route("/v1/admin/nodes/{id}/cordon", post(admin::nodes::cordon))
+        .route(
+            "/v1/admin/nodes/{id}/uncordon",
+            post(admin::nodes::uncordon),
+        )
+        .route("/v1/admin/nodes/{id}/retire", post(admin::nodes::retire))
         .route(
             "/v1/admin/nodes/{id}/revoke-identity",
-            post(admin::revoke_node_identity),
+            post(admin::nodes::revoke_identity),
         )
         .route(
             "/v1/admin/nodes/{id}/certs/{serial}/revoke",
-            post(admin::revoke_node_cert),
-        )
-        .route(
-            "/v1/admin/pools",
-            post(pools::create_pool).get(pools::list_pools),
-        )
-        .route(
-            "/v1/admin/pools/{tenant}/{id}",
-            get(pools::show_pool)
-                .put(pools::update_pool)
-                .post(pools::update_pool),
-        )
-        .route(
-            "/v1/admin/join-requests",
-            get(join_requests::list_join_requests),
-        )
-        .route(
-            "/v1/admin/join-requests/{id}",
-            get(join_requests::show_join_request),
-        )
-        .route(
-            "/v1/admin/join-requests/{id}/approve",
-            post(join_requests::approve_join_request),
-        )
-        .route(
-            "/v1/admin/join-requests/{id}/deny",
-            post(join_requests::deny_join_request),
+            post(admin::nodes::revoke_cert),
         )
         .route(
             "/v1/admin/nodes/{id}/inventories",
-            post(provisioning::record_inventory).get(provisioning::list_inventories),
+            post(admin::nodes::record_inventory).get(admin::nodes::inventories),
+        )
+        .route(
+            "/v1/admin/pools",
+            post(admin::pools::create).get(admin::pools::list),
+        )
+        .route(
+            "/v1/admin/pools/{tenant}/{id}",
+            get(admin::pools::show)
+                .put(admin::pools::update)
+                .post(admin::pools::update),
+        )
+        .route("/v1/admin/join-requests", get(admin::join_requests::list))
+        .route(
+            "/v1/admin/join-requests/{id}",
+            get(admin::join_requests::show),
+        )
+        .route(
+            "/v1/admin/join-requests/{id}/approve",
+            post(admin::join_requests::approve),
+        )
+        .route(
+            "/v1/admin/join-requests/{id}/deny",
+            post(admin::join_requests::deny),
         )
         .route(
             "/v1/admin/workflows",
-            post(provisioning::start_workflow).get(provisioning::list_workflows),
+            post(admin::workflows::start).get(admin::workflows::list),
         )
-        .route("/v1/admin/workflows/{id}", get(provisioning::show_workflow))
+        .route("/v1/admin/workflows/{id}", get(admin::workflows::show))
         .route(
             "/v1/admin/workflows/{id}/complete",
-            post(provisioning::complete_workflow),
+            post(admin::workflows::complete),
         )
         .route(
             "/v1/admin/workflows/{id}/cancel",
-            post(provisioning::cancel_workflow),
+            post(admin::workflows::cancel),
         )
-        .route("/v1/admin/attestation-uses/prune", post(prune::prune_uses))
-        .route("/v1/admin/tokens/prune", post(prune::prune_tokens))
-        .route("/v1/admin/events/prune", post(prune::prune_events))
-        .route("/v1/admin/audits/prune", post(prune::prune_audits))
-        .route("/v1/admin/events", get(admin::list_events))
-        .route("/v1/admin/audits", get(admin::list_audits))
-        .route("/v1/admin/attestors", get(admin::list_attestors))
+        .route("/v1/admin/attestation-uses/prune", post(admin::prune::uses))
+        .route("/v1/admin/tokens/prune", post(admin::prune::tokens))
+        .route("/v1/admin/events/prune", post(admin::prune::events))
+        .route("/v1/admin/audits/prune", post(admin::prune::audits))
+        .route("/v1/admin/events", get(admin::journal::events))
+        .route("/v1/admin/audits", get(admin::journal::audits))
+        .route("/v1/admin/attestors", get(admin::attestors::list))
         .route(
             "/v1/admin/tenants",
-            post(tenants::create_tenant).get(tenants::list_tenants),
+            post(admin::tenants::create).get(admin::tenants::list),
+        )
+        .route(
+            "/v1/admin/admins",
+            post(admin::admins::create).get(admin::admins::list),
+        )
+        .route(
+            "/v1/admin/admins/{name}/revoke",
+            post(admin::admins::revoke),
         )
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed)

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use gatehouse_proto::JoinTrust;
 use serde::Serialize;
@@ -209,13 +209,12 @@ fn metrics_response(join: &JoinService) -> Response {
         .into_response()
 }
 
-/// `GET /metrics` on the API's address: the admin key is required.
+/// `GET /metrics` on the API's address: an admin key (any admin identity's) is required.
 pub(super) async fn metrics(
+    super::admin::AdminActor(_): super::admin::AdminActor,
     State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    super::admin::authorize(&state, &headers)?;
-    Ok(metrics_response(&state.join))
+) -> Response {
+    metrics_response(&state.join)
 }
 
 /// The router of `[observability] metrics_listen`: `/metrics`, `/healthz` and `/readyz`, open.

@@ -19,14 +19,12 @@ use axum::{Extension, extract::rejection::JsonRejection};
 use gatehouse_proto::discovery::is_mac;
 use gatehouse_proto::site::{DiscoveryToken, DiscoveryTokenRequest, LeaseRequest, LeaseState};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
-use super::admin::is_id;
 use super::error::ApiError;
 use super::{AppState, Peer};
 use crate::join::renew::{self, RenewRefusal};
 use crate::store::{
-    LeaseOutcome, LeaseRow, NewEvent, NewToken, NodeRole, NodeRow, TokenExpect, TokenRole, Tx,
+    LeaseOutcome, LeaseRow, NewEvent, NodeRole, NodeRow, TokenExpect, TokenRole, Tx,
     WORKFLOW_RUNNING,
 };
 
@@ -311,7 +309,7 @@ pub(super) async fn discovery_token(
         return Err(ApiError::InvalidInput("mac is not a MAC address".into()));
     }
     if let Some(w) = &req.workflow_id
-        && !is_id(w)
+        && !crate::ops::is_id(w)
     {
         return Err(ApiError::InvalidInput("workflowId is not an id".into()));
     }
@@ -367,32 +365,27 @@ pub(super) async fn discovery_token(
         .await);
     };
 
-    let revoked =
-        super::provisioning::revoke_unspent(&mut tx, workflow.token_id.as_deref()).await?;
-    let secret: [u8; 32] = rand::random();
-    let token = gatehouse_proto::TokenString {
-        id: crate::join::new_id("tok_"),
-        secret: secret.to_vec(),
-    };
-    let expires_at = now + i64::from(workflow.token_ttl_seconds) * 1000;
-    tx.insert_token(&NewToken {
-        id: token.id.clone(),
-        role: TokenRole::Discovery,
-        secret_sha256: Sha256::digest(secret).into(),
-        tenant_id: workflow.tenant_id.clone(),
-        pool_id: None,
-        site_id: Some(workflow.site_id.clone()),
-        expires_at,
-        uses: 1,
-        expect: TokenExpect {
-            product_uuid: workflow.product_uuid.clone(),
-            mac: Some(workflow.mac.clone()),
-            node_id: None,
+    let revoked = crate::ops::tokens::revoke_unspent(&mut tx, workflow.token_id.as_deref()).await?;
+    let token = crate::ops::tokens::mint(
+        &mut tx,
+        crate::ops::tokens::Mint {
+            role: TokenRole::Discovery,
+            tenant_id: workflow.tenant_id.clone(),
+            pool_id: None,
+            site_id: Some(workflow.site_id.clone()),
+            uses: 1,
+            now,
+            ttl_ms: i64::from(workflow.token_ttl_seconds) * 1000,
+            expect: TokenExpect {
+                product_uuid: workflow.product_uuid.clone(),
+                mac: Some(workflow.mac.clone()),
+                node_id: None,
+            },
+            reclaim: false,
         },
-        reclaim: false,
-        created_at: now,
-    })
+    )
     .await?;
+    let expires_at = token.expires_at;
     if !tx
         .set_discovery_workflow_token(&workflow.id, &token.id)
         .await?
@@ -423,8 +416,8 @@ pub(super) async fn discovery_token(
     tx.commit().await?;
     tracing::info!(token_id = %token.id, node = %site.node.id, workflow_id = %workflow.id, %mac, "discovery token fetched");
     Ok(Json(DiscoveryToken {
-        id: token.id.clone(),
-        token: token.to_text(),
+        id: token.id,
+        token: token.text,
         expires_at,
     }))
 }

@@ -102,7 +102,7 @@ pub(super) async fn run(
     out: &mut (dyn std::io::Write + Send),
 ) -> anyhow::Result<()> {
     match command {
-        Command::Admin(command) => admin::attestors(command).await,
+        Command::Admin(command) => admin::attestors(command, out).await,
         Command::Check(args) => check(args, out).await,
         Command::Try(args) => try_one(args, out).await,
     }

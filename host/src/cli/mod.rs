@@ -57,6 +57,11 @@ enum Command {
         #[command(subcommand)]
         command: admin::NodesCommand,
     },
+    /// Named admin identities: each operator's own admin key (through the admin API).
+    Admins {
+        #[command(subcommand)]
+        command: admin::AdminsCommand,
+    },
     /// Tenants (through the admin API).
     Tenants {
         #[command(subcommand)]
@@ -86,9 +91,10 @@ enum Command {
         #[command(subcommand)]
         command: admin::PruneCommand,
     },
-    /// Prints events (through the admin API).
+    /// Prints events, who did it included (through the admin API).
     Events(admin::EventsArgs),
-    /// Prints the audit records of join rounds, one JSON object a line (through the admin API).
+    /// Lists the audit records of join rounds, filtered by node, attestor, outcome and age
+    /// (through the admin API).
     Audits(admin::AuditsArgs),
     /// Attestors: list what a host runs (through the admin API); check or try a component
     /// before deploying it.
@@ -162,8 +168,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     execute(cli, &mut stdout).await
 }
 
-/// Runs the command, writing the `nodes`, `pools`, `workflows`, `audits`, `prune` and `prune-uses` commands' output to `out` (the others
-/// print to stdout). Returns [`NotConfirmed`] for a destructive command without `--yes`.
+/// Runs the command, writing its output to `out` (`serve` and `bench` print to stdout).
+/// Returns [`NotConfirmed`] for a destructive command without `--yes`.
 pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
@@ -173,7 +179,8 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Pki {
             command: PkiCommand::Trust(args),
         } => pki_trust::run(args, out),
-        Command::Token { command } => admin::token(command).await,
+        Command::Token { command } => admin::token(command, out).await,
+        Command::Admins { command } => admin::admins(command, out).await,
         Command::Nodes { command } => admin::nodes(command, out).await,
         Command::Tenants { command } => admin::tenants(command, out).await,
         Command::Pools { command } => admin::pools(command, out).await,
@@ -181,7 +188,7 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Workflows { command } => admin::workflows(command, out).await,
         Command::PruneUses(args) => admin::prune_uses(args, out).await,
         Command::Prune { command } => admin::prune(command, out).await,
-        Command::Events(args) => admin::events(args).await,
+        Command::Events(args) => admin::events(args, out).await,
         Command::Audits(args) => admin::audits(args, out).await,
         Command::Attestors { command } => attestors::run(command, out).await,
         Command::Bench(args) => bench::run(args).await,

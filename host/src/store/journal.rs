@@ -9,7 +9,24 @@
 use sqlx::any::AnyRow;
 
 use super::decode::Fields;
-use super::{AuditRow, EventRow, NewAudit, NewEvent, StoreError, Tx};
+use super::{AuditResult, AuditRow, EventRow, NewAudit, NewEvent, StoreError, Tx};
+
+/// Which audit records [`Tx::list_audits_matching`] reads: each field, when set, must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    /// The node admitted or concerned.
+    pub node_id: Option<String>,
+    /// The attestor that ran.
+    pub attestor: Option<String>,
+    /// How the round ended.
+    pub result: Option<AuditResult>,
+    /// Rounds that ended at or after this time.
+    pub since: Option<i64>,
+}
+
+/// The columns [`event`] reads.
+const EVENT_COLUMNS: &str =
+    "id, at, kind, tenant_id, node_id, attestor, reason, token_id, actor, payload";
 
 fn event(row: &AnyRow) -> Result<EventRow, StoreError> {
     let f = Fields::new(row, "events");
@@ -22,6 +39,7 @@ fn event(row: &AnyRow) -> Result<EventRow, StoreError> {
         attestor: f.opt_text("attestor")?,
         reason: f.opt_text("reason")?,
         token_id: f.opt_text("token_id")?,
+        actor: f.opt_text("actor")?,
         payload: f.json("payload")?,
     })
 }
@@ -45,11 +63,20 @@ fn audit(row: &AnyRow) -> Result<AuditRow, StoreError> {
 }
 
 impl Tx {
-    /// Appends an event; its id.
+    /// Appends an event the host raised on its own (no actor); its id.
     pub async fn insert_event(&mut self, e: &NewEvent) -> Result<i64, StoreError> {
+        self.insert_event_by(e, None).await
+    }
+
+    /// Appends an event, naming the admin identity whose action it records; its id.
+    pub async fn insert_event_by(
+        &mut self,
+        e: &NewEvent,
+        actor: Option<&str>,
+    ) -> Result<i64, StoreError> {
         let q = sqlx::query(
-            "INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, payload) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+            "INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
+             payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
         )
         .bind(e.at)
         .bind(&e.kind)
@@ -58,6 +85,7 @@ impl Tx {
         .bind(&e.attestor)
         .bind(&e.reason)
         .bind(&e.token_id)
+        .bind(actor)
         .bind(e.payload.to_string());
         let row = self.fetch_one(q).await?;
         Fields::new(&row, "events").i64("id")
@@ -93,12 +121,8 @@ impl Tx {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let q = sqlx::query(
-            "SELECT id, at, kind, tenant_id, node_id, attestor, reason, token_id, payload \
-             FROM events WHERE id > $1 ORDER BY id LIMIT $2",
-        )
-        .bind(after_id)
-        .bind(i64::from(limit));
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id > $1 ORDER BY id LIMIT $2");
+        let q = sqlx::query(&sql).bind(after_id).bind(i64::from(limit));
         let rows = self.fetch_all(q).await?;
         rows.iter().map(event).collect()
     }
@@ -130,16 +154,17 @@ impl Tx {
         );
         let row = self.fetch_one(sqlx::query(sql)).await?;
         let horizon = Fields::new(&row, "events").i64("horizon")?;
-        let q = sqlx::query(
-            "SELECT id, at, kind, tenant_id, node_id, attestor, reason, token_id, payload \
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} \
              FROM events WHERE txid < $1 AND (txid, id) > ( \
                COALESCE((SELECT txid FROM events WHERE id <= $2 ORDER BY id DESC LIMIT 1), -1), \
                $2) \
-             ORDER BY txid, id LIMIT $3",
-        )
-        .bind(horizon)
-        .bind(after_id)
-        .bind(i64::from(limit));
+             ORDER BY txid, id LIMIT $3"
+        );
+        let q = sqlx::query(&sql)
+            .bind(horizon)
+            .bind(after_id)
+            .bind(i64::from(limit));
         let rows = self.fetch_all(q).await?;
         rows.iter().map(event).collect()
     }
@@ -150,12 +175,35 @@ impl Tx {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<AuditRow>, StoreError> {
+        self.list_audits_matching(after_id, limit, &AuditFilter::default())
+            .await
+    }
+
+    /// Up to `limit` audit records with ids above `after_id` that match `filter`, in id
+    /// order.
+    pub async fn list_audits_matching(
+        &mut self,
+        after_id: i64,
+        limit: u32,
+        filter: &AuditFilter,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        // An unset filter binds NULL and matches every row; the `CAST`s give Postgres the
+        // parameters' types where NULL alone has none.
         let q = sqlx::query(
             "SELECT id, at, attestor, round, result, reason, node_id, token_id, subject, \
-             node_key, csr_sha256, client_addr FROM audits WHERE id > $1 ORDER BY id LIMIT $2",
+             node_key, csr_sha256, client_addr FROM audits WHERE id > $1 \
+             AND (CAST($3 AS TEXT) IS NULL OR node_id = $3) \
+             AND (CAST($4 AS TEXT) IS NULL OR attestor = $4) \
+             AND (CAST($5 AS TEXT) IS NULL OR result = $5) \
+             AND (CAST($6 AS BIGINT) IS NULL OR at >= $6) \
+             ORDER BY id LIMIT $2",
         )
         .bind(after_id)
-        .bind(i64::from(limit));
+        .bind(i64::from(limit))
+        .bind(&filter.node_id)
+        .bind(&filter.attestor)
+        .bind(filter.result.map(AuditResult::as_str))
+        .bind(filter.since);
         let rows = self.fetch_all(q).await?;
         rows.iter().map(audit).collect()
     }

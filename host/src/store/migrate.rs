@@ -56,6 +56,11 @@ static SQLITE: &[Embedded] = &[
         description: "certificate_lifecycle",
         sql: include_str!("../../migrations/sqlite/0006_certificate_lifecycle.sql"),
     },
+    Embedded {
+        version: 7,
+        description: "admin_identities",
+        sql: include_str!("../../migrations/sqlite/0007_admin_identities.sql"),
+    },
 ];
 
 /// The Postgres migrations, in order.
@@ -89,6 +94,11 @@ static POSTGRES: &[Embedded] = &[
         version: 6,
         description: "certificate_lifecycle",
         sql: include_str!("../../migrations/postgres/0006_certificate_lifecycle.sql"),
+    },
+    Embedded {
+        version: 7,
+        description: "admin_identities",
+        sql: include_str!("../../migrations/postgres/0007_admin_identities.sql"),
     },
 ];
 

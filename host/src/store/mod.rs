@@ -26,6 +26,7 @@ macro_rules! postgres_now {
     };
 }
 
+mod admins;
 mod db;
 mod decode;
 mod error;
@@ -50,9 +51,11 @@ mod testing;
 #[cfg(test)]
 mod tests;
 
+pub use admins::AdminRow;
 pub use db::{Backend, Cursor, Db, PoolCursor, sqlite_url};
 pub use error::StoreError;
 pub(crate) use join_requests::new_id as new_join_request_id;
+pub use journal::AuditFilter;
 pub use kv::KV_VALUE_MAX;
 pub use locks::RowLock;
 pub use provisioning::{

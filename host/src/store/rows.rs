@@ -3,8 +3,9 @@
 //!
 //! Times are milliseconds since the Unix epoch in database time ([`super::Tx::now`]).
 //!
-//! Rows serialize (for the admin API) with camelCase names, enums as their stored names and
-//! digests and DER as lowercase hex; a token's secret hash is never serialized.
+//! The text enums (roles, states, revocation reasons) are also the admin API's: they
+//! (de)serialize as their stored names and describe themselves to the OpenAPI document. The
+//! admin API's rows are `crate::ops::types`, made from these.
 
 use std::fmt;
 use std::str::FromStr;
@@ -54,6 +55,28 @@ macro_rules! text_enum {
         impl serde::Serialize for $name {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some([$($text),+]))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($name))
             }
         }
 
@@ -480,6 +503,8 @@ pub struct EventRow {
     pub reason: Option<String>,
     /// The token concerned, if any.
     pub token_id: Option<String>,
+    /// The admin identity whose action it records; `None` for what the host did itself.
+    pub actor: Option<String>,
     /// Anything else, as JSON.
     pub payload: serde_json::Value,
 }

@@ -6,24 +6,29 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
 
-use super::{Client, segment, text, time, write_json};
+use super::client::{Client, NO_QUERY};
+use super::nodes::NodeArgs;
+use super::output::{OutputArgs, Table, cell, escape, time, write_fields, write_json};
 use crate::cli::AdminConnection;
+use crate::ops::Id;
+use crate::ops::types::{
+    FinishedWorkflow, Inventory, RecordInventory, StartDiscovery, StartProvisioning, StartWorkflow,
+    StartedWorkflow, Workflow, WorkflowDetail,
+};
 
 #[derive(Debug, Args)]
 pub(in crate::cli) struct InventoryArgs {
     /// The node id.
-    id: String,
+    id: Id,
     /// The SMBIOS product UUID the node's hardware reports.
     #[arg(long, value_name = "UUID")]
     product_uuid: Option<String>,
     /// A MAC address of the node (repeatable).
     #[arg(long = "mac", value_name = "MAC")]
     macs: Vec<String>,
-    /// Print the API's JSON answer.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -47,20 +52,20 @@ pub(in crate::cli) enum WorkflowsCommand {
 pub(in crate::cli) struct StartArgs {
     /// The node to provision (or, with --mac and --site, none: a discovery workflow).
     #[arg(required_unless_present = "mac", conflicts_with_all = ["mac", "site"])]
-    node: Option<String>,
+    node: Option<Id>,
     /// A discovery workflow instead: the MAC of the machine that may boot the discovery
     /// ramdisk at --site; the site's boot server fetches its token while it holds the lease.
     #[arg(long, requires = "site")]
     mac: Option<String>,
     /// The site of a discovery workflow.
     #[arg(long, requires = "mac")]
-    site: Option<String>,
+    site: Option<Id>,
     /// The machine's product UUID (a discovery workflow).
     #[arg(long, requires = "mac")]
     product_uuid: Option<String>,
     /// The tenant the ramdisk joins (a discovery workflow).
     #[arg(long, requires = "mac", default_value = "root")]
-    tenant: String,
+    tenant: Id,
     /// The host's URL as the machine reaches it (default: the --server this command uses).
     #[arg(long, value_name = "URL")]
     server_url: Option<String>,
@@ -71,18 +76,17 @@ pub(in crate::cli) struct StartArgs {
     /// Write the user data to this file (0600) and print the workflow instead.
     #[arg(long, value_name = "FILE")]
     userdata_out: Option<PathBuf>,
-    /// Print the API's JSON answer (the workflow, the token and the user data).
-    #[arg(long)]
-    json: bool,
+    // `-o json`: the API's answer (the workflow, the token and the user data).
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     conn: AdminConnection,
 }
 
 #[derive(Debug, Args)]
 pub(in crate::cli) struct ListArgs {
-    /// Print the API's JSON answer.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -90,10 +94,9 @@ pub(in crate::cli) struct ListArgs {
 #[derive(Debug, Args)]
 pub(in crate::cli) struct WorkflowArgs {
     /// The workflow id.
-    id: String,
-    /// Print the API's JSON answer.
-    #[arg(long)]
-    json: bool,
+    id: Id,
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -103,77 +106,58 @@ pub(in crate::cli) async fn inventory(
     a: InventoryArgs,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<()> {
-    let id = segment("node id", &a.id)?;
-    let body = json!({ "productUuid": a.product_uuid, "macs": a.macs });
-    let row = Client::new(&a.conn)?
-        .call(
-            reqwest::Method::POST,
-            &format!("/v1/admin/nodes/{id}/inventories"),
-            Some(body),
-        )
+    let id = &a.id;
+    let req = RecordInventory {
+        product_uuid: a.product_uuid,
+        macs: a.macs,
+    };
+    let row: Inventory = Client::new(&a.conn)?
+        .post(&format!("/v1/admin/nodes/{id}/inventories"), &req)
         .await?;
-    if a.json {
+    if a.output.json() {
         write_json(out, &row)?;
     } else {
-        let macs: Vec<String> = row["macs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(text)
-            .collect();
         writeln!(
             out,
             "inventory {} recorded for {id}: product uuid {}, macs {}",
-            text(&row["id"]),
-            text(&row["productUuid"]),
-            if macs.is_empty() {
-                "-".to_owned()
-            } else {
-                macs.join(",")
-            }
+            escape(&row.id),
+            cell(row.product_uuid.as_deref()),
+            macs(&row.macs)
         )?;
     }
     Ok(())
 }
 
+/// MACs as one cell, `-` for none.
+fn macs(macs: &[String]) -> String {
+    if macs.is_empty() {
+        "-".to_owned()
+    } else {
+        macs.iter().map(|m| escape(m)).collect::<Vec<_>>().join(",")
+    }
+}
+
 /// `nodes inventories ID`: a node's inventories, newest first, read a page at a time.
 pub(in crate::cli) async fn inventories(
-    a: super::NodeArgs,
+    a: NodeArgs,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<()> {
-    let id = segment("node id", &a.id)?;
-    let list = Client::new(&a.conn)?
-        .list(&format!("/v1/admin/nodes/{id}/inventories"))
+    let list: Vec<Inventory> = Client::new(&a.conn)?
+        .list(&format!("/v1/admin/nodes/{}/inventories", a.id), &NO_QUERY)
         .await?;
-    if a.json {
+    if a.output.json() {
         return write_json(out, &list);
     }
-    writeln!(
-        out,
-        "{:<36} {:<20} {:<36} MACS",
-        "ID", "RECORDED", "PRODUCT UUID"
-    )?;
-    for row in list.as_array().into_iter().flatten() {
-        let macs: Vec<String> = row["macs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(text)
-            .collect();
-        writeln!(
-            out,
-            "{:<36} {:<20} {:<36} {}",
-            text(&row["id"]),
-            time(&row["recordedAt"]),
-            text(&row["productUuid"]),
-            if macs.is_empty() {
-                "-".to_owned()
-            } else {
-                macs.join(",")
-            }
-        )?;
+    let mut t = Table::new(&["ID", "RECORDED", "PRODUCT UUID", "MACS"]);
+    for row in &list {
+        t.row(vec![
+            escape(&row.id),
+            time(Some(row.recorded_at)),
+            cell(row.product_uuid.as_deref()),
+            macs(&row.macs),
+        ]);
     }
-    Ok(())
+    t.write(out)
 }
 
 pub(in crate::cli) async fn workflows(
@@ -183,39 +167,20 @@ pub(in crate::cli) async fn workflows(
     match command {
         WorkflowsCommand::Start(a) => start(a, out).await?,
         WorkflowsCommand::List(a) => {
-            let list = Client::new(&a.conn)?.list("/v1/admin/workflows").await?;
-            if a.json {
+            let list: Vec<Workflow> = Client::new(&a.conn)?
+                .list("/v1/admin/workflows", &NO_QUERY)
+                .await?;
+            if a.output.json() {
                 write_json(out, &list)?;
             } else {
-                writeln!(
-                    out,
-                    "{:<30} {:<30} {:<10} {:<16} {:<30} CREATED",
-                    "ID", "NODE", "STATE", "STEP", "TOKEN"
-                )?;
-                for w in list.as_array().into_iter().flatten() {
-                    writeln!(
-                        out,
-                        "{:<30} {:<30} {:<10} {:<16} {:<30} {}",
-                        text(&w["id"]),
-                        text(&w["nodeId"]),
-                        text(&w["state"]),
-                        text(&w["step"]),
-                        text(&w["tokenId"]),
-                        time(&w["createdAt"])
-                    )?;
-                }
+                write_workflow_table(out, &list)?;
             }
         }
         WorkflowsCommand::Show(a) => {
-            let id = segment("workflow id", &a.id)?;
-            let w = Client::new(&a.conn)?
-                .call(
-                    reqwest::Method::GET,
-                    &format!("/v1/admin/workflows/{id}"),
-                    None,
-                )
+            let w: WorkflowDetail = Client::new(&a.conn)?
+                .get(&format!("/v1/admin/workflows/{}", a.id))
                 .await?;
-            if a.json {
+            if a.output.json() {
                 write_json(out, &w)?;
             } else {
                 write_workflow(out, &w)?;
@@ -227,35 +192,74 @@ pub(in crate::cli) async fn workflows(
     Ok(())
 }
 
+fn write_workflow_table(out: &mut (dyn Write + Send), list: &[Workflow]) -> anyhow::Result<()> {
+    let mut t = Table::new(&["ID", "KIND", "NODE OR MAC", "STATE", "TOKEN", "CREATED"]);
+    for w in list {
+        let (kind, target, state, token) = match w {
+            Workflow::Provision(w) => ("provision", &w.node_id, &w.state, &w.token_id),
+            Workflow::Discovery(w) => ("discovery", &w.mac, &w.state, &w.token_id),
+        };
+        t.row(vec![
+            escape(w.id()),
+            kind.to_owned(),
+            escape(target),
+            escape(state),
+            cell(token.as_deref()),
+            time(Some(w.created_at())),
+        ]);
+    }
+    t.write(out)
+}
+
 async fn start(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
-    if a.mac.is_some() || a.node.is_none() {
-        return start_discovery(a, out).await;
-    }
-    let node = segment("node id", a.node.as_deref().unwrap_or_default())?;
     let client = Client::new(&a.conn)?;
-    let server_url = a.server_url.clone().unwrap_or_else(|| client.base.clone());
-    let ttl = a.token_ttl.map_or(24 * 3600, |t| t.as_secs());
-    let body = json!({
-        "nodeId": node,
-        "serverUrl": server_url,
-        "tokenTtlSeconds": ttl,
-    });
-    let started = client
-        .call(reqwest::Method::POST, "/v1/admin/workflows", Some(body))
-        .await?;
+    let req = match (&a.node, &a.mac, &a.site) {
+        (Some(node), _, _) => StartWorkflow::Provision(StartProvisioning {
+            node_id: node.clone(),
+            server_url: a.server_url.clone().unwrap_or_else(|| client.base.clone()),
+            token_ttl_seconds: Some(a.token_ttl.map_or(24 * 3600, |t| t.as_secs())),
+        }),
+        (None, Some(mac), Some(site)) => StartWorkflow::Discovery(StartDiscovery {
+            site_id: site.clone(),
+            mac: mac.clone(),
+            product_uuid: a.product_uuid.clone(),
+            tenant_id: a.tenant.clone(),
+            token_ttl_seconds: a.token_ttl.map(|t| t.as_secs()),
+        }),
+        _ => anyhow::bail!("name the node to provision, or --mac and --site"),
+    };
+    let started: StartedWorkflow = client.post("/v1/admin/workflows", &req).await?;
+    let provisioned = match &started {
+        StartedWorkflow::Provision(p) => p,
+        StartedWorkflow::Discovery(d) => {
+            if a.output.json() {
+                write_json(out, &started)?;
+            } else {
+                writeln!(
+                    out,
+                    "discovery workflow {} started for {} at site {}: its boot server fetches the token while it holds the boot lease",
+                    escape(&d.id),
+                    escape(&d.mac),
+                    escape(&d.site_id)
+                )?;
+            }
+            return Ok(());
+        }
+    };
     if let Some(path) = &a.userdata_out {
-        write_private(path, started["userData"].as_str().unwrap_or_default())?;
+        write_private(path, &provisioned.user_data)?;
     }
-    if a.json {
+    if a.output.json() {
         write_json(out, &started)?;
         return Ok(());
     }
     let summary = format!(
-        "workflow {} started for {node}: step {}, token {} (single use, expires {})",
-        text(&started["workflow"]["id"]),
-        text(&started["workflow"]["step"]),
-        text(&started["tokenId"]),
-        time(&started["tokenExpiresAt"])
+        "workflow {} started for {}: step {}, token {} (single use, expires {})",
+        escape(&provisioned.workflow.id),
+        escape(&provisioned.workflow.node_id),
+        escape(&provisioned.workflow.step),
+        escape(&provisioned.token_id),
+        time(Some(provisioned.token_expires_at))
     );
     match &a.userdata_out {
         Some(path) => {
@@ -266,39 +270,8 @@ async fn start(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()>
             // The user data alone on stdout, so it can be redirected into a file as is (the
             // host renders it; nothing a machine supplied is in it).
             eprintln!("{summary}");
-            write!(out, "{}", started["userData"].as_str().unwrap_or_default())?;
+            write!(out, "{}", provisioned.user_data)?;
         }
-    }
-    Ok(())
-}
-
-/// `workflows start --mac M --site S`: a discovery workflow.
-async fn start_discovery(a: StartArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
-    let mut body = json!({
-        "kind": "discovery",
-        "mac": a.mac,
-        "siteId": a.site,
-        "tenantId": a.tenant,
-    });
-    if let Some(uuid) = &a.product_uuid {
-        body["productUuid"] = json!(uuid);
-    }
-    if let Some(ttl) = a.token_ttl {
-        body["tokenTtlSeconds"] = json!(ttl.as_secs());
-    }
-    let started = Client::new(&a.conn)?
-        .call(reqwest::Method::POST, "/v1/admin/workflows", Some(body))
-        .await?;
-    if a.json {
-        write_json(out, &started)?;
-    } else {
-        writeln!(
-            out,
-            "discovery workflow {} started for {} at site {}: its boot server fetches the token while it holds the boot lease",
-            text(&started["id"]),
-            text(&started["mac"]),
-            text(&started["siteId"])
-        )?;
     }
     Ok(())
 }
@@ -318,50 +291,50 @@ fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
 }
 
 async fn finish(a: WorkflowArgs, verb: &str, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
-    let id = segment("workflow id", &a.id)?;
-    let answer = Client::new(&a.conn)?
-        .call(
-            reqwest::Method::POST,
-            &format!("/v1/admin/workflows/{id}/{verb}"),
-            None,
-        )
+    let answer: FinishedWorkflow = Client::new(&a.conn)?
+        .post_empty(&format!("/v1/admin/workflows/{}/{verb}", a.id))
         .await?;
-    if a.json {
+    if a.output.json() {
         write_json(out, &answer)?;
     } else {
-        let revoked = if answer["tokenRevoked"].as_bool() == Some(true) {
+        let revoked = if answer.token_revoked {
             ", its unspent token revoked"
         } else {
             ""
         };
-        writeln!(out, "workflow {id} {}{revoked}", text(&answer["state"]))?;
+        writeln!(out, "workflow {} {}{revoked}", a.id, escape(&answer.state))?;
     }
     Ok(())
 }
 
-fn write_workflow(out: &mut (dyn Write + Send), w: &Value) -> anyhow::Result<()> {
-    let token = &w["token"];
-    let token_state = if token.is_null() {
-        "-".to_owned()
-    } else if token["revoked"].as_bool() == Some(true) {
-        format!("{} revoked", text(&token["id"]))
-    } else {
-        format!(
+fn write_workflow(out: &mut (dyn Write + Send), w: &WorkflowDetail) -> anyhow::Result<()> {
+    let token = match &w.token {
+        None => "-".to_owned(),
+        Some(t) if t.revoked => format!("{} revoked", escape(&t.id)),
+        Some(t) => format!(
             "{} ({} use left, expires {})",
-            text(&token["id"]),
-            token["usesLeft"],
-            time(&token["expiresAt"])
-        )
+            escape(&t.id),
+            t.uses_left,
+            time(Some(t.expires_at))
+        ),
     };
-    for (label, value) in [
-        ("workflow", text(&w["id"]).to_owned()),
-        ("node", text(&w["nodeId"]).to_owned()),
-        ("state", text(&w["state"]).to_owned()),
-        ("step", text(&w["step"]).to_owned()),
-        ("token", token_state),
-        ("created", time(&w["createdAt"])),
-    ] {
-        writeln!(out, "{label:<9} {value}")?;
+    let mut fields = vec![("workflow", escape(w.workflow.id()))];
+    match &w.workflow {
+        Workflow::Provision(p) => {
+            fields.push(("kind", "provision".to_owned()));
+            fields.push(("node", escape(&p.node_id)));
+            fields.push(("state", escape(&p.state)));
+            fields.push(("step", escape(&p.step)));
+        }
+        Workflow::Discovery(d) => {
+            fields.push(("kind", "discovery".to_owned()));
+            fields.push(("site", escape(&d.site_id)));
+            fields.push(("mac", escape(&d.mac)));
+            fields.push(("tenant", escape(&d.tenant_id)));
+            fields.push(("state", escape(&d.state)));
+        }
     }
-    Ok(())
+    fields.push(("token", token));
+    fields.push(("created", time(Some(w.workflow.created_at()))));
+    write_fields(out, &fields)
 }

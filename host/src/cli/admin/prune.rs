@@ -4,12 +4,14 @@
 
 use std::io::Write;
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::json;
 
-use super::Client;
+use super::client::Client;
+use super::output::OutputArgs;
 use crate::cli::AdminConnection;
+use crate::ops::types::{PruneByAge, PruneUses, Pruned};
 
 #[derive(Debug, Subcommand)]
 pub(in crate::cli) enum PruneCommand {
@@ -32,9 +34,9 @@ pub(in crate::cli) struct PruneByAgeArgs {
     /// Rows deleted per transaction (1 to 100000).
     #[arg(long, default_value_t = 5000)]
     batch: u32,
-    /// Print `{"deleted": N}` instead of a sentence.
-    #[arg(long)]
-    json: bool,
+    // `-o json`: print `{"deleted": N}` instead of a sentence.
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -44,9 +46,9 @@ pub(in crate::cli) struct PruneUsesArgs {
     /// Records deleted per transaction (1 to 100000).
     #[arg(long, default_value_t = 5000)]
     batch: u32,
-    /// Print `{"deleted": N}` instead of a sentence.
-    #[arg(long)]
-    json: bool,
+    // `-o json`: print `{"deleted": N}` instead of a sentence.
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -63,9 +65,12 @@ pub(in crate::cli) async fn prune(
         PruneCommand::Audits(a) => (a, "/v1/admin/audits/prune", "audit records"),
     };
     let client = Client::new(&a.conn)?;
-    let body = json!({ "olderThanSeconds": a.older_than.as_secs(), "batch": a.batch });
-    let total = in_batches(&client, path, body, a.batch).await?;
-    if a.json {
+    let body = PruneByAge {
+        older_than_seconds: a.older_than.as_secs(),
+        batch: Some(a.batch),
+    };
+    let total = in_batches(&client, path, &body, a.batch).await?;
+    if a.output.json() {
         writeln!(out, "{}", json!({ "deleted": total }))?;
     } else {
         writeln!(out, "pruned {total} {what} older than {}", a.older_than)?;
@@ -79,9 +84,11 @@ pub(in crate::cli) async fn prune_uses(
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<()> {
     let client = Client::new(&a.conn)?;
-    let body = json!({ "batch": a.batch });
-    let total = in_batches(&client, "/v1/admin/attestation-uses/prune", body, a.batch).await?;
-    if a.json {
+    let body = PruneUses {
+        batch: Some(a.batch),
+    };
+    let total = in_batches(&client, "/v1/admin/attestation-uses/prune", &body, a.batch).await?;
+    if a.output.json() {
         writeln!(out, "{}", json!({ "deleted": total }))?;
     } else {
         writeln!(out, "pruned {total} expired single-use records")?;
@@ -90,20 +97,20 @@ pub(in crate::cli) async fn prune_uses(
 }
 
 /// Posts `body` to `path` until a batch comes back short; how many rows went in all.
-async fn in_batches(client: &Client, path: &str, body: Value, batch: u32) -> anyhow::Result<u64> {
+async fn in_batches<B: Serialize>(
+    client: &Client,
+    path: &str,
+    body: &B,
+    batch: u32,
+) -> anyhow::Result<u64> {
     if batch == 0 {
         anyhow::bail!("--batch must be at least 1");
     }
     let mut total = 0u64;
     loop {
-        let answer = client
-            .call(reqwest::Method::POST, path, Some(body.clone()))
-            .await?;
-        let deleted = answer["deleted"]
-            .as_u64()
-            .context("the host's answer has no `deleted` count")?;
-        total += deleted;
-        if deleted < u64::from(batch) {
+        let answer: Pruned = client.post(path, body).await?;
+        total += answer.deleted;
+        if answer.deleted < u64::from(batch) {
             return Ok(total);
         }
     }

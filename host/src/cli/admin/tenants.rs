@@ -1,12 +1,14 @@
-//! `gatehouse tenants create ID | list`: clients of `/v1/admin/tenants`.
+//! `gatehouse tenants create ID | list`.
 
 use std::io::Write;
 
 use clap::{Args, Subcommand};
-use serde_json::json;
 
-use super::{Client, escape, write_json};
+use super::client::{Client, NO_QUERY};
+use super::output::{OutputArgs, Table, escape, write_json};
 use crate::cli::AdminConnection;
+use crate::ops::Id;
+use crate::ops::types::{CreateTenant, Tenant};
 
 #[derive(Debug, Subcommand)]
 pub(in crate::cli) enum TenantsCommand {
@@ -20,19 +22,17 @@ pub(in crate::cli) enum TenantsCommand {
 #[derive(Debug, Args)]
 pub(in crate::cli) struct CreateTenantArgs {
     /// The tenant id: 1 to 128 of `[A-Za-z0-9._-]`.
-    id: String,
-    /// Print the API's JSON answer.
-    #[arg(long)]
-    json: bool,
+    id: Id,
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     conn: AdminConnection,
 }
 
 #[derive(Debug, Args)]
 pub(in crate::cli) struct ListTenantsArgs {
-    /// Print the API's JSON answer (an array of `{id}`) instead of one id a line.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     conn: AdminConnection,
 }
@@ -44,31 +44,27 @@ pub(in crate::cli) async fn tenants(
 ) -> anyhow::Result<()> {
     match command {
         TenantsCommand::Create(a) => {
-            let created = Client::new(&a.conn)?
-                .call(
-                    reqwest::Method::POST,
-                    "/v1/admin/tenants",
-                    Some(json!({ "id": a.id })),
-                )
+            let created: Tenant = Client::new(&a.conn)?
+                .post("/v1/admin/tenants", &CreateTenant { id: a.id })
                 .await?;
-            if a.json {
+            if a.output.json() {
                 write_json(out, &created)?;
             } else {
-                writeln!(
-                    out,
-                    "tenant {} created",
-                    escape(created["id"].as_str().unwrap_or_default())
-                )?;
+                writeln!(out, "tenant {} created", escape(&created.id))?;
             }
         }
         TenantsCommand::List(a) => {
-            let list = Client::new(&a.conn)?.list("/v1/admin/tenants").await?;
-            if a.json {
+            let list: Vec<Tenant> = Client::new(&a.conn)?
+                .list("/v1/admin/tenants", &NO_QUERY)
+                .await?;
+            if a.output.json() {
                 write_json(out, &list)?;
             } else {
-                for t in list.as_array().into_iter().flatten() {
-                    writeln!(out, "{}", escape(t["id"].as_str().unwrap_or_default()))?;
+                let mut t = Table::new(&["ID"]);
+                for tenant in &list {
+                    t.row(vec![escape(&tenant.id)]);
                 }
+                t.write(out)?;
             }
         }
     }
