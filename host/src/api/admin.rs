@@ -12,7 +12,6 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
@@ -33,8 +32,11 @@ pub(super) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Api
         .map(str::trim)
         .filter(|k| k.len() >= crate::app::MIN_ADMIN_KEY_BYTES)
         .ok_or(ApiError::Unauthenticated)?;
-    let hash: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-    if bool::from(hash.ct_eq(&state.admin_key_sha256)) {
+    // The current key, or the previous one until its rotation window ends (`AdminKeys`).
+    if state
+        .admin_keys
+        .accepts(presented, super::publish::wall_clock_ms())
+    {
         Ok(())
     } else {
         Err(ApiError::Unauthenticated)

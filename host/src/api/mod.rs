@@ -39,8 +39,8 @@ pub struct AppState {
     pub join: Arc<JoinService>,
     /// The database, for the admin routes.
     pub db: Db,
-    /// SHA-256 of the admin API's bearer key.
-    pub admin_key_sha256: [u8; 32],
+    /// The admin API's bearer keys (the current one, and the previous one during a rotation).
+    pub admin_keys: Arc<crate::app::AdminKeys>,
     /// The host's PKI: the CRL is signed and the SPIFFE bundle made with it.
     pub pki: Arc<crate::pki::Pki>,
     /// What the public routes serve.
