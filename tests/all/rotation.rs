@@ -367,7 +367,9 @@ async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refuse
         .iter()
         .filter(|e| e.kind == "node.joined")
         .count();
-    join_into(&host, &after, &token, &tmp.path().join("late")).await;
+    // (The dev host serves its TLS leaf as `tlsCaPem`; the keys are what matter here.)
+    let current = old_trust.updated(&after.keys());
+    join_into(&host, &current, &token, &tmp.path().join("late")).await;
     let nodes_after = host
         .events()
         .await
@@ -377,7 +379,7 @@ async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refuse
     assert_eq!(nodes_after, nodes_before + 1);
 
     // A live certificate of the retired CA is refused at renewal, with nothing issued.
-    let denied = renew_once(&host, &after, &stale_node, &stale_key, &stale_chain)
+    let denied = renew_once(&host, &current, &stale_node, &stale_key, &stale_chain)
         .await
         .unwrap_err();
     assert!(matches!(denied, RenewError::Denied), "{denied}");
