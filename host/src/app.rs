@@ -15,8 +15,10 @@ use crate::pki::Pki;
 use crate::runtime::Runtime;
 use crate::store::Db;
 
+mod admin_keys;
 pub mod fetch;
 mod reload;
+pub use admin_keys::{AdminKeys, previous_file_text, previous_path};
 pub use reload::AttestorWatch;
 
 include!(concat!(env!("OUT_DIR"), "/builtin_attestors.rs"));
@@ -166,6 +168,8 @@ pub struct Running {
     pub attestors: Arc<AttestorWatch>,
     /// The API's TLS certificate, replaced on SIGHUP.
     tls: Arc<api::TlsCertificate>,
+    /// The admin keys, read again on SIGHUP (a rotation's new key).
+    admin_keys: Arc<AdminKeys>,
     /// The configuration the host started with: what differs from it in a reloaded file and
     /// cannot be applied is reported as needing a restart.
     started: Config,
@@ -188,6 +192,8 @@ pub struct Reloaded {
     pub tls_reloaded: bool,
     /// Whether the log level was set.
     pub log_level_set: bool,
+    /// Whether the admin keys were read again.
+    pub admin_keys_reloaded: bool,
     /// What could not be applied, and why.
     pub errors: Vec<String>,
     /// Settings that changed but take effect only after a restart.
@@ -222,7 +228,8 @@ impl Running {
 impl Running {
     /// Applies a configuration read again (SIGHUP): the attestors and their settings, the
     /// refusal sink, the TLS certificate (read again even when its paths are unchanged, so a
-    /// renewed certificate is picked up) and the log level. Every other setting that differs
+    /// renewed certificate is picked up), the admin keys (a `pki rotate admin-key`) and the
+    /// log level. Every other setting that differs
     /// from what the host started with is logged, and reported, as needing a restart. What
     /// fails to apply leaves the current one in place and is logged.
     pub async fn reload(&mut self, config: Config) -> Reloaded {
@@ -262,6 +269,15 @@ impl Running {
                 Err(e) => done.errors.push(format!("TLS: {e}")),
             },
             (Err(e), _) | (_, Err(e)) => done.errors.push(format!("TLS: {e}")),
+        }
+
+        // From the file the host started with: a new `admin_key_file` path needs a restart.
+        match self
+            .admin_keys
+            .reload(&self.started.path(&self.started.admin_key_file))
+        {
+            Ok(()) => done.admin_keys_reloaded = true,
+            Err(e) => done.errors.push(format!("admin key: {e}")),
         }
 
         if let Some(level) = &config.log_level {
@@ -329,6 +345,7 @@ impl Running {
             sink_replaced = done.sink_replaced,
             tls_reloaded = done.tls_reloaded,
             log_level_set = done.log_level_set,
+            admin_keys_reloaded = done.admin_keys_reloaded,
             "configuration reloaded"
         );
         done
@@ -349,7 +366,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             source,
         })?,
     );
-    let admin_key_sha256 = load_admin_key(&config.path(&config.admin_key_file))?;
+    let admin_keys = Arc::new(AdminKeys::load(&config.path(&config.admin_key_file))?);
 
     let db = Db::connect(&database_url).await?;
     db.migrate().await?;
@@ -385,7 +402,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     .map_err(|e| StartError::Tls(e.to_string()))?;
     let tls_ca_pem = tls_ca_pem(config, &tls_cert)?;
     let published = Arc::new(api::publish::Published::new(
-        pki.join_trust(&tls_ca_pem),
+        tls_ca_pem,
         Duration::from_secs(u64::from(config.trust.refresh_seconds)),
     ));
     let listener = tokio::net::TcpListener::bind(&config.listen)
@@ -399,7 +416,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         AppState {
             join: join.clone(),
             db: db.clone(),
-            admin_key_sha256,
+            admin_keys: admin_keys.clone(),
             pki: pki.clone(),
             published,
         },
@@ -441,6 +458,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         sweeper,
         attestors,
         tls: tls_certificate,
+        admin_keys,
         started: config.clone(),
         watcher,
         refreshers,
@@ -779,7 +797,10 @@ pub mod dev {
             let bundle = fs::read_to_string(&bundle_path).map_err(io(&bundle_path))?;
             let pki = Pki::from_bundle(&bundle, secret)?;
             let tls_ca = fs::read_to_string(&ca).map_err(io(&ca))?;
-            let text = serde_json::to_string_pretty(&pki.join_trust(&tls_ca)).unwrap_or_default();
+            let text = serde_json::to_string_pretty(
+                &pki.join_trust(&tls_ca, crate::api::publish::wall_clock_ms()),
+            )
+            .unwrap_or_default();
             let _ = fs::remove_file(&join_trust);
             write_new(&join_trust, text.as_bytes(), 0o600)?;
             created.push(join_trust.clone());

@@ -28,6 +28,7 @@ mod real_vectors;
 mod reload;
 mod renew;
 mod response;
+mod rotation;
 mod sandbox;
 mod shadow;
 mod soak;

@@ -192,12 +192,12 @@ async fn an_agent_joins_a_production_host_with_only_what_pki_init_and_pki_trust_
         // TLS CA but another PKI the sealed token does not open (refused, nothing spent).
         let other = gatehouse::pki::Pki::generate("prod.example").unwrap();
         let other_tls = gatehouse::pki::dev_tls(&["localhost".into()]).unwrap();
-        let foreign = other.join_trust(&other_tls.ca_pem);
+        let foreign = other.join_trust(&other_tls.ca_pem, 0);
         let token = create_token(&http, &host.url, &host.admin_key).await;
         let err = join_with(&host.url, &foreign, &token).await.unwrap_err();
         assert!(matches!(err, JoinError::Untrusted(_)), "{err}");
         assert!(err.to_string().starts_with("TLS trust failure"), "{err}");
-        let mixed = other.join_trust(&trust.tls_ca_pem);
+        let mixed = other.join_trust(&trust.tls_ca_pem, 0);
         let err = join_with(&host.url, &mixed, &token).await.unwrap_err();
         assert!(matches!(err, JoinError::Denied), "{err}");
         // The token was not spent: the right trust file joins with it.
@@ -358,8 +358,9 @@ async fn the_crl_lists_a_revoked_certificate_for_x509_parser_and_openssl() {
         // A CRL signed by another CA, or read after its nextUpdate, is not believed.
         let forged = gatehouse::pki::Pki::generate("gatehouse.dev")
             .unwrap()
-            .sign_crl(&[], now, now + 600_000)
-            .unwrap();
+            .sign_crls(&[], now, now + 600_000)
+            .unwrap()
+            .remove(0);
         assert!(matches!(
             gatehouse_agent::check_crl(&forged, &host.trust, &kept_serial, now),
             Err(gatehouse_agent::CrlError::NotSigned)

@@ -39,9 +39,10 @@ pub struct AppState {
     pub join: Arc<JoinService>,
     /// The database, for the admin routes.
     pub db: Db,
-    /// SHA-256 of the configured admin key (`admin_key_file`), the bootstrap identity
-    /// `admin`; named identities are in the database ([`crate::ops::admins`]).
-    pub admin_key_sha256: [u8; 32],
+    /// The configured admin keys (`admin_key_file`: the current one, and the previous one
+    /// during a rotation), the bootstrap identity `admin`; named identities are in the
+    /// database ([`crate::ops::admins`]).
+    pub admin_keys: Arc<crate::app::AdminKeys>,
     /// The host's PKI: the CRL is signed and the SPIFFE bundle made with it.
     pub pki: Arc<crate::pki::Pki>,
     /// What the public routes serve.

@@ -2,12 +2,14 @@
 //! load balancer or an orchestrator polls.
 //!
 //! - `GET /v1/trust`: the join trust agents pin (`join-trust.json`), so an agent (or its
-//!   operator) can compare what it pinned with what the host serves;
-//! - `GET /v1/trust/spiffe-bundle`: the node CA as a SPIFFE trust bundle (a JWK Set) for
+//!   operator) can compare what it pinned with what the host serves; during a rotation's
+//!   overlap window it names both node CAs and both join signing keys;
+//! - `GET /v1/trust/spiffe-bundle`: the node CA(s) as a SPIFFE trust bundle (a JWK Set) for
 //!   relying parties that check node certificates;
 //! - `GET /v1/crl` (DER, `application/pkix-crl`) and `GET /v1/crl.pem`: the certificates this
 //!   host revoked and that have not expired, signed by the node CA, with a nextUpdate
-//!   `[trust] refresh_seconds` later;
+//!   `[trust] refresh_seconds` later. During a rotation's window the PEM holds one CRL per node
+//!   CA (the current CA's first); the DER is the current CA's;
 //! - `GET /healthz`: the process answers; `GET /readyz`: the database answers within
 //!   [`READY_TIMEOUT`] and attestors are loaded (503 otherwise, with what is missing);
 //! - `GET /metrics`: see [`crate::metrics`]. On the API's address it needs the admin key
@@ -40,23 +42,34 @@ pub const CRL_CACHE: Duration = Duration::from_secs(5);
 
 /// What the host publishes, shared by the routes.
 pub struct Published {
-    /// The join trust agents pin.
-    pub join_trust: JoinTrust,
+    /// The API's TLS CA (PEM), which the join trust carries beside the bundle's keys.
+    pub tls_ca_pem: String,
     /// `[trust] refresh_seconds`.
     pub refresh: Duration,
-    /// The last CRL made, and when.
-    crl: tokio::sync::Mutex<Option<(Instant, Arc<Vec<u8>>)>>,
+    /// The last CRLs made (one per live node CA, the current CA's first), and when.
+    crl: tokio::sync::Mutex<Option<(Instant, Arc<Vec<Vec<u8>>>)>>,
 }
 
 impl Published {
-    /// What a host with `join_trust` publishes, refreshed every `refresh`.
-    pub fn new(join_trust: JoinTrust, refresh: Duration) -> Self {
+    /// What a host whose API's TLS CA is `tls_ca_pem` publishes, refreshed every `refresh`.
+    pub fn new(tls_ca_pem: String, refresh: Duration) -> Self {
         Self {
-            join_trust,
+            tls_ca_pem,
             refresh,
             crl: tokio::sync::Mutex::new(None),
         }
     }
+}
+
+/// The host's clock in ms since the Unix epoch: what decides which rotated keys are still
+/// published where no transaction (and its database time) is open.
+pub fn wall_clock_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis()),
+    )
+    .unwrap_or(i64::MAX)
 }
 
 /// Why a certificate was revoked, as RFC 5280's CRLReason.
@@ -72,8 +85,9 @@ pub fn crl_reason(why: Revocation) -> RevocationReason {
     }
 }
 
-/// Reads the unexpired revoked certificates and signs them into a CRL (DER).
-pub async fn make_crl(db: &Db, pki: &Pki, refresh: Duration) -> Result<Vec<u8>, ApiError> {
+/// Reads the unexpired revoked certificates and signs them into a CRL (DER) by each live node
+/// CA, the current one's first.
+pub async fn make_crls(db: &Db, pki: &Pki, refresh: Duration) -> Result<Vec<Vec<u8>>, ApiError> {
     let mut tx = db.read().await?;
     let now = tx.now().await?;
     let revoked = tx.revoked_node_certs(now).await?;
@@ -87,13 +101,17 @@ pub async fn make_crl(db: &Db, pki: &Pki, refresh: Duration) -> Result<Vec<u8>, 
         })
         .collect();
     let refresh_ms = i64::try_from(refresh.as_millis()).unwrap_or(i64::MAX);
-    pki.sign_crl(&entries, now, now.saturating_add(refresh_ms))
+    pki.sign_crls(&entries, now, now.saturating_add(refresh_ms))
         .map_err(|e| ApiError::Internal(format!("signing the CRL: {e}")))
 }
 
 /// `GET /v1/trust`.
 pub(super) async fn trust(State(state): State<AppState>) -> Json<JoinTrust> {
-    Json(state.published.join_trust.clone())
+    Json(
+        state
+            .pki
+            .join_trust(&state.published.tls_ca_pem, wall_clock_ms()),
+    )
 }
 
 /// `GET /v1/trust/spiffe-bundle`.
@@ -102,38 +120,44 @@ pub(super) async fn spiffe_bundle(
 ) -> Result<Json<SpiffeBundle>, ApiError> {
     let bundle = state
         .pki
-        .spiffe_bundle(state.published.refresh.as_secs())
+        .spiffe_bundle(state.published.refresh.as_secs(), wall_clock_ms())
         .map_err(|e| ApiError::Internal(format!("SPIFFE bundle: {e}")))?;
     Ok(Json(bundle))
 }
 
-/// The CRL, from the cache when it is younger than [`CRL_CACHE`].
-async fn crl_der(state: &AppState) -> Result<Arc<Vec<u8>>, ApiError> {
+/// The CRLs, from the cache when it is younger than [`CRL_CACHE`].
+async fn crls_der(state: &AppState) -> Result<Arc<Vec<Vec<u8>>>, ApiError> {
     let mut cached = state.published.crl.lock().await;
     if let Some((at, der)) = cached.as_ref()
         && at.elapsed() < CRL_CACHE
     {
         return Ok(der.clone());
     }
-    let der = Arc::new(make_crl(&state.db, &state.pki, state.published.refresh).await?);
+    let der = Arc::new(make_crls(&state.db, &state.pki, state.published.refresh).await?);
     *cached = Some((Instant::now(), der.clone()));
     Ok(der)
 }
 
-/// `GET /v1/crl`: DER.
+/// `GET /v1/crl`: DER, the current node CA's.
 pub(super) async fn crl(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let der = crl_der(&state).await?;
+    let crls = crls_der(&state).await?;
+    let current = crls
+        .first()
+        .ok_or_else(|| ApiError::Internal("no CRL was signed".into()))?;
     Ok((
         [(header::CONTENT_TYPE, "application/pkix-crl")],
-        der.as_ref().clone(),
+        current.clone(),
     )
         .into_response())
 }
 
-/// `GET /v1/crl.pem`: PEM.
+/// `GET /v1/crl.pem`: PEM, one CRL per live node CA.
 pub(super) async fn crl_pem(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let der = crl_der(&state).await?;
-    let text = crate::pki::pem_block("X509 CRL", &der);
+    let crls = crls_der(&state).await?;
+    let text: String = crls
+        .iter()
+        .map(|der| crate::pki::pem_block("X509 CRL", der))
+        .collect();
     Ok(([(header::CONTENT_TYPE, "application/x-pem-file")], text).into_response())
 }
 

@@ -4,6 +4,7 @@ mod admin;
 mod attestors;
 pub mod bench;
 mod pki_init;
+mod pki_rotate;
 mod pki_trust;
 mod serve;
 
@@ -115,6 +116,9 @@ enum PkiCommand {
     /// node CA, the join signing and encryption keys (the bundle's public parts) and the API's
     /// TLS CA.
     Trust(pki_trust::TrustArgs),
+    /// Replaces the node CA, the join signing key, the join encryption key or the admin key,
+    /// keeping the replaced one working for an overlap window (`--overlap`).
+    Rotate(pki_rotate::RotateArgs),
 }
 
 /// How admin commands reach the host.
@@ -179,6 +183,9 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Pki {
             command: PkiCommand::Trust(args),
         } => pki_trust::run(args, out),
+        Command::Pki {
+            command: PkiCommand::Rotate(args),
+        } => pki_rotate::run(args, out),
         Command::Token { command } => admin::token(command, out).await,
         Command::Admins { command } => admin::admins(command, out).await,
         Command::Nodes { command } => admin::nodes(command, out).await,

@@ -48,7 +48,10 @@ pub(super) fn run(args: TrustArgs, out: &mut (dyn std::io::Write + Send)) -> any
         (None, Some(bundle), Some(tls_ca)) => (read_text(bundle)?, read_text(tls_ca)?),
         _ => anyhow::bail!("pass --config, or --bundle and --tls-ca"),
     };
-    let trust = crate::pki::join_trust_from_bundle(&bundle, &tls_ca)?;
+    // During a rotation's window the file names the retiring keys too, so it works on either
+    // side of the window's end.
+    let trust =
+        crate::pki::join_trust_from_bundle(&bundle, &tls_ca, crate::api::publish::wall_clock_ms())?;
     let mut text = serde_json::to_string_pretty(&trust)?;
     text.push('\n');
     match &args.out {

@@ -28,7 +28,7 @@ use gatehouse_proto::{
 };
 
 use crate::imports::{Apply, Effects, Session, Settle, Staged};
-use crate::pki::{IssueRequest, Pki, VerifiedCsr, verify_csr};
+use crate::pki::{IssueRequest, OpenError, Pki, VerifiedCsr, verify_csr};
 use crate::runtime::Runtime;
 use crate::runtime::bindings::types::{
     self as wit, Deferral, HardwareClaims, JoinRole, OpenedToken, Outcome,
@@ -290,13 +290,19 @@ impl JoinService {
         round.csr_sha256 = Some(csr.sha256);
         let token = match &request.sealed_token {
             None => None,
+            // The host's clock: no transaction (and its database time) is open yet.
             Some(sealed) => {
-                match gatehouse_proto::open_token(self.pki.token_opening_key(), sealed, &csr.sha256)
+                match self
+                    .pki
+                    .open_token(sealed, &csr.sha256, crate::api::publish::wall_clock_ms())
                 {
                     Ok(token) => Some(token),
                     Err(e) => {
-                        let decision =
-                            Decision::host(Refusal::TokenUnsealable).detail(e.to_string());
+                        let refusal = match e {
+                            OpenError::RetiredKey { .. } => Refusal::RetiredEncryptionKey,
+                            _ => Refusal::TokenUnsealable,
+                        };
+                        let decision = Decision::host(refusal).detail(e.to_string());
                         return Err(self.refuse(round, decision).await);
                     }
                 }
@@ -604,8 +610,9 @@ impl JoinService {
             node_id: String::new(),
             chain: vec![],
             deferral: Some(wire),
+            trust: None,
         };
-        let response = self.pki.sign_response(&body).map_err(failed("sign"))?;
+        let response = self.pki.sign_response(body, now).map_err(failed("sign"))?;
         record::write_at(&mut tx, round, &Decision::deferred(), now)
             .await
             .map_err(storage("record"))?;
@@ -938,8 +945,12 @@ impl JoinService {
             node_id: cert.node_id.to_owned(),
             chain: vec![issued.der, self.pki.node_ca_der().to_vec()],
             deferral: None,
+            trust: None,
         };
-        let response = self.pki.sign_response(&body).map_err(failed("sign"))?;
+        let response = self
+            .pki
+            .sign_response(body, cert.now)
+            .map_err(failed("sign"))?;
         Ok((response, issued.serial_hex))
     }
 

@@ -20,6 +20,10 @@ pub enum Refusal {
     /// The sealed token does not open with the host's key for this CSR.
     #[error("token-unsealable")]
     TokenUnsealable,
+    /// The sealed token was sealed to a join encryption key whose rotation window is over
+    /// (`gatehouse pki rotate`): the agent pins an outdated trust file.
+    #[error("retired-encryption-key")]
+    RetiredEncryptionKey,
     /// No attestor with the requested id is loaded.
     #[error("unknown-attestor")]
     UnknownAttestor,
@@ -166,6 +170,7 @@ impl Refusal {
             Refusal::BadAttestorId
                 | Refusal::BadCsr
                 | Refusal::TokenUnsealable
+                | Refusal::RetiredEncryptionKey
                 | Refusal::UnknownAttestor
                 | Refusal::BadClaims
                 | Refusal::AttestorFault
@@ -196,6 +201,10 @@ mod tests {
     #[test]
     fn codes_are_stable_and_the_faults_map_to_them() {
         assert_eq!(Refusal::ReclaimNotAllowed.reason(), "reclaim-not-allowed");
+        assert_eq!(
+            Refusal::RetiredEncryptionKey.reason(),
+            "retired-encryption-key"
+        );
         assert_eq!(Refusal::NodeKeyDowngrade.reason(), "node-key-downgrade");
         assert_eq!(Refusal::UnknownPool.reason(), "unknown-pool");
         assert_eq!(Refusal::of_fault(&Fault::Storage), Refusal::StorageError);

@@ -58,6 +58,10 @@ pub enum RenewRefusal {
     /// The certificate is not valid yet.
     #[error("not-yet-valid")]
     NotYetValid,
+    /// The certificate's node CA was rotated out and its overlap window is over
+    /// (`gatehouse pki rotate`): the node missed every renewal of the window and re-joins.
+    #[error("retired-ca")]
+    RetiredCa,
     /// The leaf names a TPM attestation key and the request carries no key attestation: there
     /// is no downgrade to an unattested key.
     #[error("key-attestation-required")]
@@ -203,9 +207,22 @@ impl JoinService {
         round.subject = Some(format!("cert:{}", cert.serial));
         // A leaf naming a TPM AK renews only with that AK's certification of the CSR's key
         // (see `key_attestation`); its statements are carried into the new certificate.
-        if let Err(refusal) = check(&cert, node.as_ref(), now).and_then(|()| {
-            super::key_attestation::check(&cert.statements, request.key_attestation.as_ref(), csr)
-        }) {
+        // The leaf must also come from a node CA that is live now: a rotation's retiring CA
+        // only until its window ends.
+        if let Err(refusal) = check(&cert, node.as_ref(), now)
+            .and_then(|()| {
+                self.pki
+                    .check_issuer(leaf, now)
+                    .map_err(|_| RenewRefusal::RetiredCa)
+            })
+            .and_then(|()| {
+                super::key_attestation::check(
+                    &cert.statements,
+                    request.key_attestation.as_ref(),
+                    csr,
+                )
+            })
+        {
             drop(tx);
             return Err(self.refused(round, refused(refusal)).await);
         }

@@ -8,6 +8,11 @@
 //! beside it. The associated data covers every clear field, so changing any of them (or the
 //! ciphertext) makes the bundle refuse to open, the same way a wrong secret does; after
 //! opening, the keys are checked to be the ones the clear fields publish.
+//!
+//! A bundle that has been rotated (`gatehouse pki rotate`) is format v2: it adds the rotation
+//! count and the previous keys with their retire times, public parts in clear beside the
+//! current ones and private parts in the same ciphertext. A bundle never rotated is written
+//! as v1, byte for byte what hosts before rotation read.
 
 use aws_lc_rs::aead::{AES_256_GCM, Aad, NONCE_LEN, Nonce, RandomizedNonceKey};
 use rustls::pki_types::CertificateDer;
@@ -15,10 +20,13 @@ use rustls::pki_types::pem::PemObject as _;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use super::rotation::{CaParts, PreviousParts, Retiring};
 use super::{Parts, Pki, PkiError};
 
-/// The `format` field of every bundle this code writes.
+/// The `format` field of a bundle without rotation state.
 const FORMAT: &str = "gatehouse-pki/v1";
+/// The `format` field of a bundle with rotation state (`sequence`, `previous`).
+const FORMAT_V2: &str = "gatehouse-pki/v2";
 /// The only KDF bundles use.
 const KDF: &str = "argon2id";
 /// Argon2 version 1.3.
@@ -77,10 +85,57 @@ struct BundleFile {
     join_signing_key: Vec<u8>,
     #[serde(with = "gatehouse_proto::b64")]
     join_encryption_key: Vec<u8>,
+    /// How many rotations the keys have been through (v2).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    sequence: u64,
+    /// The keys rotations replaced, public parts, each with its retire time (v2).
+    #[serde(default, skip_serializing_if = "PreviousFile::is_empty")]
+    previous: PreviousFile,
     kdf: Kdf,
     /// The AES-256-GCM nonce followed by the ciphertext and tag of [`Secrets`] as JSON.
     #[serde(with = "gatehouse_proto::b64")]
     sealed: Vec<u8>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The public parts of the previous keys.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PreviousFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    node_ca: Option<PreviousCaFile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    join_signing_key: Option<PreviousKeyFile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    join_encryption_key: Option<PreviousKeyFile>,
+}
+
+impl PreviousFile {
+    fn is_empty(&self) -> bool {
+        self.node_ca.is_none()
+            && self.join_signing_key.is_none()
+            && self.join_encryption_key.is_none()
+    }
+}
+
+/// A previous node CA: its certificate, and when it stops being accepted (ms since the epoch).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PreviousCaFile {
+    pem: String,
+    retire_at: i64,
+}
+
+/// A previous join key's public part (SubjectPublicKeyInfo or X25519 key), and its retire time.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PreviousKeyFile {
+    #[serde(with = "gatehouse_proto::b64")]
+    key: Vec<u8>,
+    retire_at: i64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -111,6 +166,27 @@ struct Secrets {
     /// The AES-256-GCM challenge key, 32 bytes.
     #[serde(with = "gatehouse_proto::b64")]
     challenge_key: Vec<u8>,
+    /// The previous node CA key, PKCS#8 (v2).
+    #[serde(
+        default,
+        with = "gatehouse_proto::b64::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    previous_node_ca_key: Option<Vec<u8>>,
+    /// The previous join signing key, PKCS#8 (v2).
+    #[serde(
+        default,
+        with = "gatehouse_proto::b64::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    previous_join_signing_key: Option<Vec<u8>>,
+    /// The previous X25519 private key, 32 bytes (v2).
+    #[serde(
+        default,
+        with = "gatehouse_proto::b64::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    previous_join_encryption_key: Option<Vec<u8>>,
 }
 
 impl Drop for Secrets {
@@ -120,10 +196,14 @@ impl Drop for Secrets {
         self.join_signing_key.zeroize();
         self.join_encryption_key.zeroize();
         self.challenge_key.zeroize();
+        self.previous_node_ca_key.zeroize();
+        self.previous_join_signing_key.zeroize();
+        self.previous_join_encryption_key.zeroize();
     }
 }
 
-/// The associated data: every clear field, each length-prefixed, in a fixed order.
+/// The associated data: every clear field, each length-prefixed, in a fixed order; for v2 the
+/// rotation count and the previous keys' JSON after them.
 fn associated_data(file: &BundleFile) -> Vec<u8> {
     let k = &file.kdf;
     let fields: [&[u8]; 11] = [
@@ -144,6 +224,14 @@ fn associated_data(file: &BundleFile) -> Vec<u8> {
         // Every field is far below 4 GiB (the file is capped at 64 KiB).
         aad.extend_from_slice(&u32::try_from(field.len()).unwrap_or(u32::MAX).to_be_bytes());
         aad.extend_from_slice(field);
+    }
+    if file.format == FORMAT_V2 {
+        // A struct serializes the same way for writer and reader: its fields in order.
+        let previous = serde_json::to_vec(&file.previous).unwrap_or_default();
+        for field in [&file.sequence.to_be_bytes()[..], &previous] {
+            aad.extend_from_slice(&u32::try_from(field.len()).unwrap_or(u32::MAX).to_be_bytes());
+            aad.extend_from_slice(field);
+        }
     }
     aad
 }
@@ -201,26 +289,51 @@ impl Pki {
             p_cost: P_COST,
             salt,
         };
+        let parts = self.parts()?;
+        let previous = &parts.previous;
         let secrets = Secrets {
-            node_ca_key: self.ca.key().serialize_der(),
-            join_signing_key: self
-                .signing_key
-                .to_pkcs8v1()
-                .map_err(|_| PkiError::Crypto("join signing key export"))?
-                .as_ref()
-                .to_vec(),
-            join_encryption_key: self.token_key.to_bytes().to_vec(),
-            challenge_key: self.challenge_secret.to_vec(),
+            node_ca_key: parts.node_ca_key_pkcs8.to_vec(),
+            join_signing_key: parts.signing_key_pkcs8.to_vec(),
+            join_encryption_key: parts.encryption_secret.to_vec(),
+            challenge_key: parts.challenge_secret.to_vec(),
+            previous_node_ca_key: previous.node_ca.as_ref().map(|p| p.key.key_pkcs8.to_vec()),
+            previous_join_signing_key: previous.signing.as_ref().map(|p| p.key.to_vec()),
+            previous_join_encryption_key: previous.encryption.as_ref().map(|p| p.key.to_vec()),
         };
         let mut in_out = Zeroizing::new(
             serde_json::to_vec(&secrets).map_err(|e| BundleError::Malformed(e.to_string()))?,
         );
+        let previous_file = PreviousFile {
+            node_ca: self
+                .previous_node_ca()
+                .map(|(pem, retire_at)| PreviousCaFile {
+                    pem: pem.to_owned(),
+                    retire_at,
+                }),
+            join_signing_key: self
+                .previous_signing_spki()
+                .zip(previous.signing.as_ref())
+                .map(|(spki, p)| PreviousKeyFile {
+                    key: spki.to_vec(),
+                    retire_at: p.retire_at_ms,
+                }),
+            join_encryption_key: self
+                .previous_encryption_public()
+                .zip(previous.encryption.as_ref())
+                .map(|(public, p)| PreviousKeyFile {
+                    key: public.to_vec(),
+                    retire_at: p.retire_at_ms,
+                }),
+        };
+        let rotated = parts.sequence > 0 || !previous_file.is_empty();
         let mut file = BundleFile {
-            format: FORMAT.to_owned(),
+            format: if rotated { FORMAT_V2 } else { FORMAT }.to_owned(),
             trust_domain: self.trust_domain.clone(),
             node_ca_pem: self.node_ca_pem.clone(),
             join_signing_key: self.signing_spki.clone(),
             join_encryption_key: self.encryption_public.to_vec(),
+            sequence: parts.sequence,
+            previous: previous_file,
             kdf,
             sealed: Vec::new(),
         };
@@ -260,6 +373,7 @@ impl Pki {
         let node_ca_der = CertificateDer::from_pem_slice(file.node_ca_pem.as_bytes())
             .map_err(|_| BundleError::Malformed("nodeCaPem is not one PEM certificate".into()))?
             .to_vec();
+        let previous = previous_parts(&file, &secrets)?;
         let pki = Pki::assemble(Parts {
             trust_domain: file.trust_domain.clone(),
             node_ca_pem: file.node_ca_pem.clone(),
@@ -271,6 +385,8 @@ impl Pki {
                 "the join encryption key is not 32 bytes",
             )?,
             challenge_secret: key_32(&secrets.challenge_key, "the challenge key is not 32 bytes")?,
+            previous,
+            sequence: file.sequence,
         })?;
         if pki.signing_spki != file.join_signing_key {
             return Err(
@@ -283,8 +399,98 @@ impl Pki {
             )
             .into());
         }
+        let published = &file.previous;
+        if published
+            .join_signing_key
+            .as_ref()
+            .map(|p| p.key.as_slice())
+            != pki.previous_signing_spki()
+        {
+            return Err(BundleError::Inconsistent(
+                "the previous join signing key is not the published one",
+            )
+            .into());
+        }
+        if published
+            .join_encryption_key
+            .as_ref()
+            .map(|p| p.key.as_slice())
+            != pki
+                .previous_encryption_public()
+                .as_ref()
+                .map(|k| k.as_slice())
+        {
+            return Err(BundleError::Inconsistent(
+                "the previous join encryption key is not the published one",
+            )
+            .into());
+        }
         Ok(pki)
     }
+}
+
+/// The previous keys' private parts from the sealed secrets, with the retire times the clear
+/// part records; a public part without its private part (or the reverse) is inconsistent.
+fn previous_parts(file: &BundleFile, secrets: &Secrets) -> Result<PreviousParts, BundleError> {
+    use BundleError::Inconsistent;
+    let published = &file.previous;
+    let node_ca = match (&published.node_ca, &secrets.previous_node_ca_key) {
+        (None, None) => None,
+        (Some(ca), Some(key)) => Some(Retiring {
+            key: CaParts {
+                der: CertificateDer::from_pem_slice(ca.pem.as_bytes())
+                    .map_err(|_| {
+                        BundleError::Malformed(
+                            "previous.nodeCa.pem is not one PEM certificate".into(),
+                        )
+                    })?
+                    .to_vec(),
+                pem: ca.pem.clone(),
+                key_pkcs8: Zeroizing::new(key.clone()),
+            },
+            retire_at_ms: ca.retire_at,
+        }),
+        _ => {
+            return Err(Inconsistent(
+                "the previous node CA is not both in clear and sealed",
+            ));
+        }
+    };
+    let signing = match (
+        &published.join_signing_key,
+        &secrets.previous_join_signing_key,
+    ) {
+        (None, None) => None,
+        (Some(public), Some(key)) => Some(Retiring {
+            key: Zeroizing::new(key.clone()),
+            retire_at_ms: public.retire_at,
+        }),
+        _ => {
+            return Err(Inconsistent(
+                "the previous join signing key is not both in clear and sealed",
+            ));
+        }
+    };
+    let encryption = match (
+        &published.join_encryption_key,
+        &secrets.previous_join_encryption_key,
+    ) {
+        (None, None) => None,
+        (Some(public), Some(key)) => Some(Retiring {
+            key: key_32(key, "the previous join encryption key is not 32 bytes")?,
+            retire_at_ms: public.retire_at,
+        }),
+        _ => {
+            return Err(Inconsistent(
+                "the previous join encryption key is not both in clear and sealed",
+            ));
+        }
+    };
+    Ok(PreviousParts {
+        node_ca,
+        signing,
+        encryption,
+    })
 }
 
 /// A bundle file of this format, not larger than any this code writes.
@@ -294,20 +500,31 @@ fn parse_file(text: &str) -> Result<BundleFile, BundleError> {
     }
     let file: BundleFile =
         serde_json::from_str(text).map_err(|e| BundleError::Malformed(e.to_string()))?;
-    if file.format != FORMAT {
-        return Err(BundleError::UnsupportedFormat(file.format));
+    let rotated = file.sequence != 0 || !file.previous.is_empty();
+    match file.format.as_str() {
+        FORMAT_V2 => {}
+        // v1's associated data does not cover rotation state: it must have none.
+        FORMAT if !rotated => {}
+        FORMAT => {
+            return Err(BundleError::Malformed(
+                "a v1 bundle has no rotation state".into(),
+            ));
+        }
+        other => return Err(BundleError::UnsupportedFormat(other.to_owned())),
     }
     Ok(file)
 }
 
-/// The join trust agents pin, from a bundle's public parts and the API's TLS CA (PEM), read
-/// without the secret (what `gatehouse pki trust` writes). The clear fields are checked to be
-/// of their form (a CA certificate, a P-256 SubjectPublicKeyInfo, 32 bytes of X25519 key, a
-/// valid trust domain); that they belong to the sealed keys is checked only by opening the
-/// bundle, which every host does at start.
+/// The join trust agents pin at `now_ms`, from a bundle's public parts and the API's TLS CA
+/// (PEM), read without the secret (what `gatehouse pki trust` writes): during a rotation's
+/// overlap window, the previous node CA and join signing key too. The clear fields are checked
+/// to be of their form (a CA certificate, a P-256 SubjectPublicKeyInfo, 32 bytes of X25519
+/// key, a valid trust domain); that they belong to the sealed keys is checked only by opening
+/// the bundle, which every host does at start.
 pub fn join_trust_from_bundle(
     text: &str,
     tls_ca_pem: &str,
+    now_ms: i64,
 ) -> Result<gatehouse_proto::JoinTrust, PkiError> {
     let file = parse_file(text)?;
     super::identity::validate_trust_domain(&file.trust_domain)?;
@@ -317,15 +534,54 @@ pub fn join_trust_from_bundle(
         Ok((rest, cert)) if rest.is_empty() && cert.is_ca() => {}
         _ => return Err(BundleError::Malformed("nodeCaPem is not a CA certificate".into()).into()),
     }
-    use x509_parser::prelude::FromDer as _;
-    match x509_parser::x509::SubjectPublicKeyInfo::from_der(&file.join_signing_key) {
-        Ok((rest, spki)) if rest.is_empty() && spki.subject_public_key.data.len() == 65 => {}
-        _ => {
+    let is_ca = |pem: &str| {
+        CertificateDer::from_pem_slice(pem.as_bytes()).is_ok_and(|der| {
+            matches!(x509_parser::parse_x509_certificate(&der),
+                Ok((rest, cert)) if rest.is_empty() && cert.is_ca())
+        })
+    };
+    let is_p256_spki = |der: &[u8]| {
+        use x509_parser::prelude::FromDer as _;
+        matches!(x509_parser::x509::SubjectPublicKeyInfo::from_der(der),
+            Ok((rest, spki)) if rest.is_empty() && spki.subject_public_key.data.len() == 65)
+    };
+    if !is_p256_spki(&file.join_signing_key) {
+        return Err(BundleError::Malformed(
+            "joinSigningKey is not a P-256 SubjectPublicKeyInfo".into(),
+        )
+        .into());
+    }
+    let mut node_ca_pem = file.node_ca_pem.clone();
+    if let Some(previous) = file
+        .previous
+        .node_ca
+        .as_ref()
+        .filter(|p| now_ms < p.retire_at)
+    {
+        if !is_ca(&previous.pem) {
+            return Err(
+                BundleError::Malformed("previous.nodeCa is not a CA certificate".into()).into(),
+            );
+        }
+        if !node_ca_pem.ends_with('\n') {
+            node_ca_pem.push('\n');
+        }
+        node_ca_pem.push_str(&previous.pem);
+    }
+    let mut other_join_signing_keys = Vec::new();
+    if let Some(previous) = file
+        .previous
+        .join_signing_key
+        .as_ref()
+        .filter(|p| now_ms < p.retire_at)
+    {
+        if !is_p256_spki(&previous.key) {
             return Err(BundleError::Malformed(
-                "joinSigningKey is not a P-256 SubjectPublicKeyInfo".into(),
+                "previous.joinSigningKey is not a P-256 SubjectPublicKeyInfo".into(),
             )
             .into());
         }
+        other_join_signing_keys.push(previous.key.clone());
     }
     if file.join_encryption_key.len() != 32 {
         return Err(BundleError::Malformed("joinEncryptionKey is not 32 bytes".into()).into());
@@ -338,10 +594,12 @@ pub fn join_trust_from_bundle(
     }
     Ok(gatehouse_proto::JoinTrust {
         trust_domain: file.trust_domain.clone(),
-        node_ca_pem: file.node_ca_pem.clone(),
+        node_ca_pem,
         tls_ca_pem: tls_ca_pem.to_owned(),
         join_signing_key: file.join_signing_key.clone(),
         join_encryption_key: file.join_encryption_key.clone(),
+        other_join_signing_keys,
+        sequence: file.sequence,
     })
 }
 
@@ -396,6 +654,74 @@ mod tests {
             pki.token_opening_key().to_bytes()
         )));
         assert!(!text.contains(&gatehouse_proto::b64::encode(*pki.challenge_secret)));
+    }
+
+    #[test]
+    fn a_rotated_bundle_round_trips_and_a_never_rotated_one_stays_v1() {
+        use crate::pki::KeyKind;
+        let pki = Pki::generate("td").unwrap();
+        let v1 = pki.to_bundle(SECRET).unwrap();
+        assert!(v1.contains("\"gatehouse-pki/v1\"") && !v1.contains("previous"));
+        let now = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
+        let hour = 3_600_000;
+        let rotated = pki.rotate(&KeyKind::ALL, now, hour).unwrap();
+        let text = rotated.to_bundle(SECRET).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["format"], "gatehouse-pki/v2");
+        assert_eq!(value["sequence"], 1);
+        assert_eq!(value["previous"]["nodeCa"]["pem"], pki.node_ca_pem());
+        assert_eq!(value["previous"]["nodeCa"]["retireAt"], now + hour);
+
+        let back = Pki::from_bundle(&text, SECRET).unwrap();
+        assert_eq!(back.sequence(), 1);
+        assert_eq!(back.retiring(), rotated.retiring());
+        assert_eq!(back.node_ca_der(), rotated.node_ca_der());
+        assert_eq!(
+            back.live_node_cas_der(now),
+            [rotated.node_ca_der(), pki.node_ca_der()]
+        );
+        assert_eq!(back.join_signing_spki(), rotated.join_signing_spki());
+        assert_eq!(back.signer(now).1, pki.join_signing_key_id());
+        // The previous encryption key came back too: what was sealed to it opens.
+        let token = gatehouse_proto::TokenString {
+            id: "tok_a".into(),
+            secret: vec![7; 32],
+        };
+        let sealed =
+            gatehouse_proto::seal_token(&pki.join_encryption_public(), &token, &[1; 32]).unwrap();
+        assert_eq!(back.open_token(&sealed, &[1; 32], now).unwrap(), token);
+
+        // The rotation state is authenticated: a window stretched, or the previous keys or
+        // the version dropped, does not open.
+        let stretched = edit(&text, |v| {
+            v["previous"]["nodeCa"]["retireAt"] = (now + 100 * hour).into()
+        });
+        assert_eq!(err(&stretched, SECRET), BundleError::WrongSecretOrTampered);
+        let stripped = edit(&text, |v| {
+            v.as_object_mut().unwrap().remove("previous");
+        });
+        assert_eq!(err(&stripped, SECRET), BundleError::WrongSecretOrTampered);
+        let renumbered = edit(&text, |v| v["sequence"] = 7.into());
+        assert_eq!(err(&renumbered, SECRET), BundleError::WrongSecretOrTampered);
+        let downgraded = edit(&text, |v| v["format"] = "gatehouse-pki/v1".into());
+        assert!(matches!(
+            err(&downgraded, SECRET),
+            BundleError::Malformed(_)
+        ));
+
+        // The trust file of the window names both CAs and both signing keys; after it, one.
+        let trust = join_trust_from_bundle(&text, pki.node_ca_pem(), now).unwrap();
+        assert_eq!(trust.sequence, 1);
+        assert_eq!(trust.join_signing_key, rotated.join_signing_spki());
+        assert_eq!(trust.other_join_signing_keys, [pki.join_signing_spki()]);
+        assert_eq!(trust.join_encryption_key, rotated.join_encryption_public());
+        assert!(trust.node_ca_pem.starts_with(rotated.node_ca_pem()));
+        assert!(trust.node_ca_pem.contains(pki.node_ca_pem()));
+        assert_eq!(trust, rotated.join_trust(pki.node_ca_pem(), now));
+        let later = join_trust_from_bundle(&text, pki.node_ca_pem(), now + hour).unwrap();
+        assert!(later.other_join_signing_keys.is_empty());
+        assert_eq!(later.node_ca_pem, rotated.node_ca_pem());
+        assert_eq!(later, rotated.join_trust(pki.node_ca_pem(), now + hour));
     }
 
     #[test]
@@ -465,10 +791,10 @@ mod tests {
         ));
         assert_eq!(
             err(
-                &edit(&text, |v| v["format"] = "gatehouse-pki/v2".into()),
+                &edit(&text, |v| v["format"] = "gatehouse-pki/v9".into()),
                 SECRET
             ),
-            BundleError::UnsupportedFormat("gatehouse-pki/v2".into())
+            BundleError::UnsupportedFormat("gatehouse-pki/v9".into())
         );
         assert!(matches!(
             err(&edit(&text, |v| v["kdf"]["alg"] = "scrypt".into()), SECRET),

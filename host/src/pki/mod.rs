@@ -17,6 +17,7 @@ mod issue;
 pub mod native;
 mod publish;
 mod response;
+mod rotation;
 mod state;
 pub mod verify;
 
@@ -39,6 +40,7 @@ pub use identity::{IdentityError, spiffe_node_id};
 pub use issue::{IssueError, IssueRequest, IssuedCert, MAX_URIS, STATEMENT_PREFIX};
 pub use publish::{CrlEntry, SpiffeBundle, SpiffeJwk, pem_block};
 pub use rcgen::RevocationReason;
+pub use rotation::{IssuerError, KeyKind, OpenError, RotationError};
 pub use state::{MAX_BINDING_LEN, MAX_STATE_LEN, MAX_STATE_TTL_MS, StateError};
 
 /// How long a generated node CA is valid.
@@ -66,6 +68,9 @@ pub enum PkiError {
     /// A response body did not serialize.
     #[error("response body does not serialize: {0}")]
     Encode(String),
+    /// A key rotation was refused.
+    #[error("rotation: {0}")]
+    Rotation(#[from] RotationError),
 }
 
 impl From<rcgen::Error> for PkiError {
@@ -76,8 +81,9 @@ impl From<rcgen::Error> for PkiError {
 
 /// The loaded PKI bundle: everything the JoinService signs, issues, opens and seals with.
 ///
-/// It is shared read-only (`Arc<Pki>`) by every join; nothing in it changes after loading.
-/// `Debug` shows only public parts.
+/// It is shared read-only (`Arc<Pki>`) by every join; nothing in it changes after loading,
+/// though which of its keys are live depends on the time (see [`rotation`]). `Debug` shows
+/// only public parts.
 pub struct Pki {
     trust_domain: String,
     node_ca_der: Vec<u8>,
@@ -91,6 +97,10 @@ pub struct Pki {
     encryption_public: [u8; 32],
     challenge_secret: Zeroizing<[u8; 32]>,
     challenge_key: RandomizedNonceKey,
+    /// The keys a rotation replaced, each until its overlap window ends.
+    previous: rotation::Previous,
+    /// How many rotations the bundle has been through.
+    sequence: u64,
 }
 
 impl fmt::Debug for Pki {
@@ -112,6 +122,8 @@ struct Parts {
     signing_key_pkcs8: Zeroizing<Vec<u8>>,
     encryption_secret: Zeroizing<[u8; 32]>,
     challenge_secret: Zeroizing<[u8; 32]>,
+    previous: rotation::PreviousParts,
+    sequence: u64,
 }
 
 fn random_32() -> Result<Zeroizing<[u8; 32]>, PkiError> {
@@ -120,27 +132,51 @@ fn random_32() -> Result<Zeroizing<[u8; 32]>, PkiError> {
     Ok(bytes)
 }
 
+/// A new node CA for `trust_domain`: a P-256 key and a self-signed certificate (10 years,
+/// pathlen 0), as PEM, DER and the key's PKCS#8.
+fn new_node_ca(trust_domain: &str) -> Result<(String, Vec<u8>, Zeroizing<Vec<u8>>), PkiError> {
+    let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(
+        DnType::CommonName,
+        format!("Gatehouse node CA {trust_domain}"),
+    );
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params.serial_number = Some(issue::random_serial()?.0);
+    let now = time::OffsetDateTime::now_utc();
+    // Back-dated an hour for relying parties whose clocks lag.
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(CA_VALIDITY_DAYS);
+    let ca_cert = params.self_signed(&ca_key)?;
+    Ok((
+        ca_cert.pem(),
+        ca_cert.der().to_vec(),
+        Zeroizing::new(ca_key.serialize_der()),
+    ))
+}
+
+/// A join signing key from its PKCS#8, and its SubjectPublicKeyInfo.
+fn load_signing_key(pkcs8: &[u8]) -> Result<(EcdsaKeyPair, Vec<u8>), PkiError> {
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8)
+        .map_err(|_| BundleError::Inconsistent("a join signing key does not load"))?;
+    let spki = key
+        .public_key()
+        .as_der()
+        .map_err(|_| PkiError::Crypto("join signing key export"))?
+        .as_ref()
+        .to_vec();
+    Ok((key, spki))
+}
+
 impl Pki {
     /// Generates a new PKI for `trust_domain` (a SPIFFE trust domain): a P-256 node CA with a
     /// self-signed certificate (10 years, pathlen 0), a P-256 join signing key, an X25519
     /// join encryption key (HPKE, `gatehouse_proto::generate_token_keypair`) and a 32-byte AES-256-GCM challenge key.
     pub fn generate(trust_domain: &str) -> Result<Pki, PkiError> {
         identity::validate_trust_domain(trust_domain)?;
-        let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
-        let mut params = CertificateParams::default();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(
-            DnType::CommonName,
-            format!("Gatehouse node CA {trust_domain}"),
-        );
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params.serial_number = Some(issue::random_serial()?.0);
-        let now = time::OffsetDateTime::now_utc();
-        // Back-dated an hour for relying parties whose clocks lag.
-        params.not_before = now - time::Duration::hours(1);
-        params.not_after = now + time::Duration::days(CA_VALIDITY_DAYS);
-        let ca_cert = params.self_signed(&ca_key)?;
+        let (node_ca_pem, node_ca_der, node_ca_key_pkcs8) = new_node_ca(trust_domain)?;
 
         let rng = aws_lc_rs::rand::SystemRandom::new();
         let signing = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
@@ -150,12 +186,14 @@ impl Pki {
 
         Pki::assemble(Parts {
             trust_domain: trust_domain.to_owned(),
-            node_ca_pem: ca_cert.pem(),
-            node_ca_der: ca_cert.der().to_vec(),
-            node_ca_key_pkcs8: Zeroizing::new(ca_key.serialize_der()),
+            node_ca_pem,
+            node_ca_der,
+            node_ca_key_pkcs8,
             signing_key_pkcs8: Zeroizing::new(signing.as_ref().to_vec()),
             encryption_secret,
             challenge_secret: random_32()?,
+            previous: rotation::PreviousParts::default(),
+            sequence: 0,
         })
     }
 
@@ -179,15 +217,7 @@ impl Pki {
         }
         let ca = Issuer::from_ca_cert_der(&parts.node_ca_der.clone().into(), ca_key)?;
 
-        let signing_key =
-            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &parts.signing_key_pkcs8)
-                .map_err(|_| Inconsistent("the join signing key does not load"))?;
-        let signing_spki = signing_key
-            .public_key()
-            .as_der()
-            .map_err(|_| PkiError::Crypto("join signing key export"))?
-            .as_ref()
-            .to_vec();
+        let (signing_key, signing_spki) = load_signing_key(&parts.signing_key_pkcs8)?;
 
         let token_key = TokenOpeningKey::from_bytes(*parts.encryption_secret);
         let encryption_public = token_key
@@ -209,6 +239,8 @@ impl Pki {
             encryption_public,
             challenge_secret: parts.challenge_secret,
             challenge_key,
+            previous: rotation::load_previous(parts.previous)?,
+            sequence: parts.sequence,
         })
     }
 

@@ -1,5 +1,6 @@
 //! What the host publishes for relying parties: the node CA as a SPIFFE trust bundle, and the
-//! certificates it revoked as an X.509 CRL signed by the node CA.
+//! certificates it revoked as an X.509 CRL signed by the node CA. During a rotation's overlap
+//! window both node CAs are in the bundle and each signs a CRL of its own.
 //!
 //! Both are public: a relying party (a service checking a node's mTLS certificate) fetches
 //! them without credentials and trusts them because of who signed them (the CRL) or because
@@ -31,7 +32,8 @@ pub struct SpiffeBundle {
     /// The authorities, one JWK each.
     pub keys: Vec<SpiffeJwk>,
     /// Increases whenever the bundle's content changes: here the newest authority's notBefore
-    /// (seconds), which every replica computes alike.
+    /// or, once a rotation's window is over, its end (seconds), which every replica computes
+    /// alike.
     pub spiffe_sequence: u64,
     /// How often to fetch the bundle again, in seconds.
     pub spiffe_refresh_hint: u64,
@@ -75,16 +77,17 @@ fn time_of(ms: i64) -> Result<OffsetDateTime, PkiError> {
 }
 
 impl Pki {
-    /// The CRL of `revoked`, issued at `this_update_ms` and valid until `next_update_ms`,
-    /// signed by the node CA (DER). Its CRL number is `this_update_ms`, which grows with the
-    /// database's clock that every replica shares, so a later CRL from any replica has a
-    /// larger number.
-    pub fn sign_crl(
+    /// The CRLs of `revoked`, issued at `this_update_ms` and valid until `next_update_ms`, one
+    /// signed by each node CA live then (DER), the current CA's first. Each lists every entry:
+    /// serials are random, so another CA's serials in a CRL match none of its own
+    /// certificates. Its CRL number is `this_update_ms`, which grows with the database's clock
+    /// that every replica shares, so a later CRL from any replica has a larger number.
+    pub fn sign_crls(
         &self,
         revoked: &[CrlEntry],
         this_update_ms: i64,
         next_update_ms: i64,
-    ) -> Result<Vec<u8>, PkiError> {
+    ) -> Result<Vec<Vec<u8>>, PkiError> {
         let mut revoked_certs = Vec::with_capacity(revoked.len());
         for entry in revoked {
             let serial = hex::decode(&entry.serial_hex).map_err(|_| {
@@ -106,38 +109,65 @@ impl Pki {
             revoked_certs,
             key_identifier_method: KeyIdMethod::Sha256,
         };
-        Ok(params.signed_by(&self.ca)?.der().to_vec())
+        self.live_issuers(this_update_ms)
+            .into_iter()
+            .map(|issuer| -> Result<Vec<u8>, PkiError> {
+                Ok(params.signed_by(issuer)?.der().to_vec())
+            })
+            .collect()
     }
 
-    /// The node CA as a SPIFFE trust bundle, to be fetched again after `refresh_seconds`.
-    pub fn spiffe_bundle(&self, refresh_seconds: u64) -> Result<SpiffeBundle, PkiError> {
-        use base64::Engine as _;
-        let (_, ca) = x509_parser::parse_x509_certificate(&self.node_ca_der)
-            .map_err(|_| PkiError::Certificate("the node CA does not parse".into()))?;
-        let point = &ca.public_key().subject_public_key.data;
-        // An uncompressed P-256 point: 0x04 ‖ x (32) ‖ y (32); `assemble` checked the curve.
-        let (x, y) = match point.split_first() {
-            Some((4, xy)) if xy.len() == 64 => xy.split_at(32),
-            _ => {
-                return Err(PkiError::Certificate(
-                    "the node CA key is not an uncompressed P-256 point".into(),
-                ));
-            }
-        };
-        let sequence = u64::try_from(ca.validity().not_before.timestamp()).unwrap_or(0);
+    /// The node CAs live at `now_ms` as a SPIFFE trust bundle, to be fetched again after
+    /// `refresh_seconds`.
+    pub fn spiffe_bundle(
+        &self,
+        refresh_seconds: u64,
+        now_ms: i64,
+    ) -> Result<SpiffeBundle, PkiError> {
+        let mut keys = Vec::new();
+        let mut sequence = 0;
+        for der in self.live_node_cas_der(now_ms) {
+            let (key, not_before) = authority_jwk(der)?;
+            keys.push(key);
+            sequence = sequence.max(not_before);
+        }
+        // The previous CA leaving the bundle is a change too.
+        if let Some((_, retire_at_ms)) = self.previous_node_ca().filter(|(_, at)| *at <= now_ms) {
+            sequence = sequence.max(u64::try_from(retire_at_ms / 1000).unwrap_or(0));
+        }
         Ok(SpiffeBundle {
-            keys: vec![SpiffeJwk {
-                use_: "x509-svid".into(),
-                kty: "EC".into(),
-                crv: "P-256".into(),
-                x: gatehouse_proto::b64::encode(x),
-                y: gatehouse_proto::b64::encode(y),
-                x5c: vec![base64::engine::general_purpose::STANDARD.encode(&self.node_ca_der)],
-            }],
+            keys,
             spiffe_sequence: sequence,
             spiffe_refresh_hint: refresh_seconds,
         })
     }
+}
+
+/// A node CA certificate as a SPIFFE bundle's JWK, and its notBefore (seconds).
+fn authority_jwk(der: &[u8]) -> Result<(SpiffeJwk, u64), PkiError> {
+    use base64::Engine as _;
+    let (_, ca) = x509_parser::parse_x509_certificate(der)
+        .map_err(|_| PkiError::Certificate("the node CA does not parse".into()))?;
+    let point = &ca.public_key().subject_public_key.data;
+    // An uncompressed P-256 point: 0x04 ‖ x (32) ‖ y (32); `assemble` checked the curve.
+    let (x, y) = match point.split_first() {
+        Some((4, xy)) if xy.len() == 64 => xy.split_at(32),
+        _ => {
+            return Err(PkiError::Certificate(
+                "the node CA key is not an uncompressed P-256 point".into(),
+            ));
+        }
+    };
+    let not_before = u64::try_from(ca.validity().not_before.timestamp()).unwrap_or(0);
+    let jwk = SpiffeJwk {
+        use_: "x509-svid".into(),
+        kty: "EC".into(),
+        crv: "P-256".into(),
+        x: gatehouse_proto::b64::encode(x),
+        y: gatehouse_proto::b64::encode(y),
+        x5c: vec![base64::engine::general_purpose::STANDARD.encode(der)],
+    };
+    Ok((jwk, not_before))
 }
 
 #[cfg(test)]
@@ -164,7 +194,9 @@ mod tests {
                 reason: RevocationReason::KeyCompromise,
             },
         ];
-        let der = pki.sign_crl(&entries, T, T + 600_000).unwrap();
+        let crls = pki.sign_crls(&entries, T, T + 600_000).unwrap();
+        assert_eq!(crls.len(), 1);
+        let der = crls[0].clone();
         let (rest, crl) = CertificateRevocationList::from_der(&der).unwrap();
         assert!(rest.is_empty());
         let (_, ca) = x509_parser::parse_x509_certificate(pki.node_ca_der()).unwrap();
@@ -199,15 +231,15 @@ mod tests {
             serial_hex: "zz".into(),
             ..entries[0].clone()
         };
-        assert!(pki.sign_crl(&[bad], T, T + 1_000).is_err());
-        assert!(pki.sign_crl(&[], T, T).is_err());
+        assert!(pki.sign_crls(&[bad], T, T + 1_000).is_err());
+        assert!(pki.sign_crls(&[], T, T).is_err());
     }
 
     #[test]
     fn the_bundle_is_the_node_ca_as_a_jwk() {
         use base64::Engine as _;
         let pki = Pki::generate("example.org").unwrap();
-        let bundle = pki.spiffe_bundle(300).unwrap();
+        let bundle = pki.spiffe_bundle(300, T).unwrap();
         assert_eq!(bundle.keys.len(), 1);
         let key = &bundle.keys[0];
         assert_eq!(
@@ -227,5 +259,57 @@ mod tests {
         let json = serde_json::to_value(&bundle).unwrap();
         assert_eq!(json["keys"][0]["use"], "x509-svid");
         assert!(json["spiffe_sequence"].as_u64().unwrap() > 0);
+    }
+
+    #[test]
+    fn in_a_rotation_window_both_cas_are_published_and_each_signs_a_crl() {
+        use base64::Engine as _;
+        let old = Pki::generate("example.org").unwrap();
+        let new = old
+            .rotate(&[crate::pki::KeyKind::NodeCa], T, 600_000)
+            .unwrap();
+        let x5c = |bundle: &SpiffeBundle| -> Vec<Vec<u8>> {
+            bundle
+                .keys
+                .iter()
+                .map(|k| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(&k.x5c[0])
+                        .unwrap()
+                })
+                .collect()
+        };
+        let before = old.spiffe_bundle(300, T).unwrap();
+        let during = new.spiffe_bundle(300, T).unwrap();
+        assert_eq!(x5c(&during), [new.node_ca_der(), old.node_ca_der()]);
+        assert!(during.spiffe_sequence >= before.spiffe_sequence);
+        let after = new.spiffe_bundle(300, T + 600_000).unwrap();
+        assert_eq!(x5c(&after), [new.node_ca_der()]);
+        assert!(after.spiffe_sequence > during.spiffe_sequence);
+
+        let entry = CrlEntry {
+            serial_hex: "4a0b".into(),
+            revoked_at_ms: T - 5_000,
+            reason: RevocationReason::Superseded,
+        };
+        let crls = new.sign_crls(&[entry.clone()], T, T + 1_000).unwrap();
+        assert_eq!(crls.len(), 2);
+        for (der, ca) in crls.iter().zip([new.node_ca_der(), old.node_ca_der()]) {
+            let (_, crl) = CertificateRevocationList::from_der(der).unwrap();
+            let (_, ca) = x509_parser::parse_x509_certificate(ca).unwrap();
+            crate::pki::verify::verify_signature(
+                crate::pki::verify::Scheme::EcdsaP256Sha256Der,
+                ca.public_key().raw,
+                crl.tbs_cert_list.as_ref(),
+                &crl.signature_value.data,
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            new.sign_crls(&[entry], T + 600_000, T + 601_000)
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }

@@ -99,6 +99,9 @@ pub struct Joined {
     pub attestor: String,
     /// How many rounds the join took.
     pub rounds: u8,
+    /// The trust to pin from now on, when the host's keys were rotated (see
+    /// [`crate::verify_response`]); `None` when the pinned trust stays as it is.
+    pub trust: Option<JoinTrust>,
 }
 
 /// What a join sends besides evidence, and the knobs of its loop.
@@ -387,6 +390,7 @@ async fn run(
                 node_id,
                 chain,
                 not_after_ms,
+                trust: updated,
             } => {
                 return Ok(Joined {
                     spiffe_id: format!("spiffe://{}/node/{node_id}", trust.trust_domain),
@@ -396,6 +400,7 @@ async fn run(
                     not_after_ms,
                     attestor: request.attestor,
                     rounds: request.round,
+                    trust: updated,
                 });
             }
             Verified::Pending(p) => {

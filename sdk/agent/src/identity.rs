@@ -260,7 +260,7 @@ fn identity_json(dir: &Path, identity: &Identity) -> Result<Vec<u8>, IdentityErr
 }
 
 /// Replaces `path` with `bytes` (mode 0644) in one rename through `<path>.tmp`.
-fn write_replacing(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
+pub(crate) fn write_replacing(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -277,7 +277,7 @@ fn write_replacing(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
 }
 
 /// Makes the renames in `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), IdentityError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), IdentityError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|source| IdentityError::Io {
@@ -371,6 +371,7 @@ mod tests {
             not_after_ms: 1_800_000_000_000,
             attestor: "join-token".into(),
             rounds: 1,
+            trust: None,
         }
     }
 

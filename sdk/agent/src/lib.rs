@@ -23,6 +23,7 @@ mod identity;
 pub mod install_script;
 mod key;
 mod lifecycle;
+mod pinned;
 mod producer;
 mod ramdisk;
 mod renew;
@@ -55,6 +56,7 @@ pub use lifecycle::{
     Action, AttemptError, Clock, Lifecycle, LifecycleError, LifecycleEvent, RenewPolicy, Schedule,
     Step, Validity,
 };
+pub use pinned::{TRUST_FILE, pinned_trust, save_trust};
 pub use producer::{
     EvidenceProducer, ExternalProducer, JOIN_TOKEN, MAX_ANSWER, PRODUCER_TIMEOUT, ProducerError,
     TokenProducer,

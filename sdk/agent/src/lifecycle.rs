@@ -34,7 +34,7 @@
 
 use std::path::PathBuf;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use gatehouse_proto::JoinTrust;
@@ -46,6 +46,7 @@ use crate::identity::{
     Identity, IdentityError, LoadedIdentity, commit_next, load_identity_with, stage_next_key,
 };
 use crate::key::{KeyError, NodeKey};
+use crate::pinned::save_trust;
 use crate::renew::{RenewClient, RenewError};
 use crate::x509pop::{X509POP, X509popProducer, now_ms};
 
@@ -405,7 +406,9 @@ pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 #[derive(Clone)]
 pub struct Lifecycle {
     server: String,
-    trust: JoinTrust,
+    /// The pinned trust: replaced (and stored in `dir`) when a renewal or re-join brings the
+    /// host's rotated keys.
+    trust: Arc<RwLock<JoinTrust>>,
     dir: PathBuf,
     policy: RenewPolicy,
     options: JoinOptions,
@@ -432,7 +435,7 @@ impl Lifecycle {
     pub fn new(server: &str, trust: JoinTrust, dir: PathBuf, policy: RenewPolicy) -> Self {
         Self {
             server: server.to_owned(),
-            trust,
+            trust: Arc::new(RwLock::new(trust)),
             dir,
             policy,
             options: JoinOptions::default(),
@@ -475,6 +478,29 @@ impl Lifecycle {
             let _ = names_ak;
             NodeKey::generate()
         }
+    }
+
+    /// The trust pinned now.
+    pub fn trust(&self) -> JoinTrust {
+        self.trust
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Pins `next`, stored first, so that a restart pins it too.
+    fn pin(&self, next: &JoinTrust) -> Result<(), IdentityError> {
+        save_trust(&self.dir, next)?;
+        *self
+            .trust
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next.clone();
+        tracing::info!(
+            sequence = next.sequence,
+            dir = %self.dir.display(),
+            "pinned the host's rotated keys"
+        );
+        Ok(())
     }
 
     /// Names the join trust file in the recovery command the loop prints when it stops.
@@ -682,11 +708,11 @@ impl Lifecycle {
             .into());
         }
         stage_next_key(&self.dir, &next)?;
+        let trust = self.trust();
         let (joined, attestor) = match action {
             Action::Renew => {
-                let client =
-                    RenewClient::new(&self.server, &self.trust, &current.key, &current.chain)
-                        .map_err(RenewError::from)?;
+                let client = RenewClient::new(&self.server, &trust, &current.key, &current.chain)
+                    .map_err(RenewError::from)?;
                 #[cfg(feature = "tpm")]
                 let joined = match attester {
                     Some((name, tpm, unique)) => {
@@ -695,28 +721,21 @@ impl Lifecycle {
                                 .map_err(|e| RenewError::Attestation(e.to_string()))
                         };
                         client
-                            .renew_attested(&self.trust, &node_id, &next, Some(&attest))
+                            .renew_attested(&trust, &node_id, &next, Some(&attest))
                             .await?
                     }
-                    None => client.renew(&self.trust, &node_id, &next).await?,
+                    None => client.renew(&trust, &node_id, &next).await?,
                 };
                 #[cfg(not(feature = "tpm"))]
-                let joined = client.renew(&self.trust, &node_id, &next).await?;
+                let joined = client.renew(&trust, &node_id, &next).await?;
                 (joined, current.identity.attestor)
             }
             Action::Rejoin => {
-                let client = JoinClient::new(&self.server, &self.trust)?;
+                let client = JoinClient::new(&self.server, &trust)?;
                 let mut producer =
                     X509popProducer::new(current.key, current.chain).map_err(JoinError::from)?;
-                let joined = join(
-                    &client,
-                    &self.trust,
-                    &mut producer,
-                    None,
-                    &next,
-                    &self.options,
-                )
-                .await?;
+                let joined =
+                    join(&client, &trust, &mut producer, None, &next, &self.options).await?;
                 if joined.node_id != node_id {
                     return Err(AttemptError::OtherNode {
                         expected: node_id,
@@ -726,6 +745,11 @@ impl Lifecycle {
                 (joined, X509POP.to_owned())
             }
         };
+        // The new keys before the certificate they vouch for: a crash between the two leaves
+        // an agent that pins more than it needs, never one that cannot check its certificate.
+        if let Some(updated) = &joined.trust {
+            self.pin(updated)?;
+        }
         Ok(commit_next(&self.dir, &next, &joined, &attestor)?)
     }
 

@@ -904,6 +904,13 @@ async fn run_join(args: JoinArgs) -> Result<(), Failure> {
     let identity = write_identity(&args.out, &key, &joined)
         .context("joined, but the identity could not be written")
         .map_err(Failure::Join)?;
+    if let Some(updated) = &joined.trust {
+        // The host's keys were rotated: `run` pins what it vouched for (the directory exists
+        // now). Were this lost, the next renewal inside the window brings them again.
+        gatehouse_agent::save_trust(&args.out, updated)
+            .context("joined, but the host's rotated keys could not be stored")
+            .map_err(Failure::Join)?;
+    }
     println!("node id: {}", identity.node_id);
     println!("SPIFFE ID: {}", identity.spiffe_id);
     println!(
@@ -1026,6 +1033,13 @@ async fn run_ramdisk(args: RamdiskArgs) -> Result<(), Failure> {
     let identity = write_identity(&args.out, &key, &joined)
         .context("joined, but the identity could not be written")
         .map_err(Failure::Join)?;
+    if let Some(updated) = &joined.trust {
+        // The host's keys were rotated: `run` pins what it vouched for (the directory exists
+        // now). Were this lost, the next renewal inside the window brings them again.
+        gatehouse_agent::save_trust(&args.out, updated)
+            .context("joined, but the host's rotated keys could not be stored")
+            .map_err(Failure::Join)?;
+    }
     println!("node id: {}", identity.node_id);
     println!("SPIFFE ID: {}", identity.spiffe_id);
     if key.in_tpm() {
@@ -1098,7 +1112,8 @@ async fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
     let mut checks = gatehouse_agent::doctor(&args.dir, tpm.as_ref());
     match (&args.server, &args.ca) {
         (Some(server), Some(ca)) => {
-            let trust = read_trust(ca)?;
+            // The CRL is the host's current node CA's: after a rotation, the pinned keys.
+            let trust = gatehouse_agent::pinned_trust(&args.dir, read_trust(ca)?).map_err(usage)?;
             if let Ok(loaded) = load_identity_with(&args.dir, tpm.as_ref()) {
                 let crl = gatehouse_agent::fetch_crl(server, &trust).await;
                 checks.push(gatehouse_agent::revocation_check(
@@ -1129,7 +1144,8 @@ async fn run_doctor(args: DoctorArgs) -> Result<(), Failure> {
 async fn run_lifecycle(args: RunArgs) -> Result<(), Failure> {
     refuse_without_tpm_support(args.helper.is_some(), "--helper")?;
     refuse_without_tpm_support(names_a_tpm(args.tpm.as_deref()), "--tpm")?;
-    let trust = read_trust(&args.ca)?;
+    // The keys the host last vouched for, when they are newer than the trust file's.
+    let trust = gatehouse_agent::pinned_trust(&args.dir, read_trust(&args.ca)?).map_err(usage)?;
     let policy = RenewPolicy {
         renew_when_left: args.renew_when_left,
         backoff_min: args.backoff_min,

@@ -170,6 +170,7 @@ pub(crate) fn admit(
             node_id: got,
             chain,
             not_after_ms,
+            trust: updated,
         } => {
             if got != node_id {
                 return Err(RenewError::OtherNode {
@@ -185,6 +186,7 @@ pub(crate) fn admit(
                 not_after_ms,
                 attestor: String::new(),
                 rounds: 1,
+                trust: updated,
             })
         }
         Verified::Pending(_) | Verified::Challenge(_) => Err(RenewError::Deferred),

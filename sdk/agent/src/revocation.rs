@@ -71,7 +71,7 @@ pub async fn fetch_crl(server: &str, trust: &JoinTrust) -> Result<Vec<u8>, JoinE
 }
 
 /// Whether the certificate with serial `serial_hex` (lowercase hex, as [`crate::NodeCert`]
-/// reads it) is in `crl_der`, a CRL that must be signed by the pinned node CA and current at
+/// reads it) is in `crl_der`, a CRL that must be signed by a pinned node CA and current at
 /// `now_ms`. `Ok(None)`: not revoked.
 pub fn check_crl(
     crl_der: &[u8],
@@ -84,18 +84,23 @@ pub fn check_crl(
     if !rest.is_empty() {
         return Err(CrlError::Malformed("trailing bytes".into()));
     }
-    let (_, ca_pem) = x509_parser::pem::parse_x509_pem(trust.node_ca_pem.as_bytes())
-        .map_err(|_| CrlError::NotSigned)?;
-    let ca = ca_pem.parse_x509().map_err(|_| CrlError::NotSigned)?;
-    if crl.issuer() != ca.subject() {
+    // Signed by a pinned node CA: during a rotation's window, either of the two.
+    let signed = x509_parser::pem::Pem::iter_from_buffer(trust.node_ca_pem.as_bytes())
+        .map_while(Result::ok)
+        .any(|pem| {
+            pem.parse_x509().is_ok_and(|ca| {
+                crl.issuer() == ca.subject()
+                    && UnparsedPublicKey::new(
+                        &ECDSA_P256_SHA256_ASN1,
+                        &ca.public_key().subject_public_key.data,
+                    )
+                    .verify(crl.tbs_cert_list.as_ref(), &crl.signature_value.data)
+                    .is_ok()
+            })
+        });
+    if !signed {
         return Err(CrlError::NotSigned);
     }
-    let key = UnparsedPublicKey::new(
-        &ECDSA_P256_SHA256_ASN1,
-        &ca.public_key().subject_public_key.data,
-    );
-    key.verify(crl.tbs_cert_list.as_ref(), &crl.signature_value.data)
-        .map_err(|_| CrlError::NotSigned)?;
     match crl.next_update() {
         Some(next) if next.timestamp().saturating_mul(1000) > now_ms => {}
         Some(next) => {

@@ -54,6 +54,8 @@ impl Pki {
             tls_ca_pem: ca.pem(),
             join_signing_key: spki_of(&signer),
             join_encryption_key: public.to_vec(),
+            other_join_signing_keys: vec![],
+            sequence: 0,
         };
         Self {
             trust,
@@ -154,6 +156,7 @@ pub(crate) fn joined_body(
         node_id: node_id.into(),
         chain,
         deferral: None,
+        trust: None,
     }
 }
 
@@ -168,6 +171,7 @@ pub(crate) fn deferred_body(
         node_id: String::new(),
         chain: vec![],
         deferral: Some(deferral),
+        trust: None,
     }
 }
 

@@ -1,8 +1,15 @@
 //! Verifying a JoinResponse against what the agent pinned and what it asked for.
+//!
+//! After a key rotation the host's responses carry its current keys
+//! ([`gatehouse_proto::TrustUpdate`]) inside the signed body. A body that verifies under a
+//! pinned join signing key vouches for them, so the agent checks the leaf against the updated
+//! trust and hands it back (`Verified::Joined`'s `trust`) to be pinned; a man in the middle
+//! cannot inject trust without a signature by a key the agent already pins.
 
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_FIXED, UnparsedPublicKey};
 use gatehouse_proto::{
-    Challenge, Deferral, JoinResponse, JoinResponseBody, JoinTrust, Pending, response_signing_input,
+    Challenge, Deferral, JoinResponse, JoinResponseBody, JoinTrust, Pending, TrustUpdate,
+    response_signing_input,
 };
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -19,9 +26,13 @@ pub enum ResponseError {
     /// The pinned join signing key or node CA in the trust file is unusable.
     #[error("the join trust file is unusable: {0}")]
     Trust(String),
-    /// The response names another signing key than the pinned one.
+    /// The response names another signing key than the pinned one(s).
     #[error("the response is signed by another key than the pinned one")]
     WrongKey,
+    /// The signed body carries a trust update that is unusable (not CA certificates, not
+    /// P-256 keys, not a 32-byte encryption key).
+    #[error("the response's trust update is unusable: {0}")]
+    BadTrustUpdate(String),
     /// The signature does not verify under the pinned key.
     #[error("the response signature does not verify")]
     BadSignature,
@@ -56,6 +67,9 @@ pub enum Verified {
         chain: Vec<Vec<u8>>,
         /// The leaf's notAfter, ms since the epoch.
         not_after_ms: i64,
+        /// The trust to pin from now on, when the host's keys were rotated and the signed body
+        /// carried them (never older than the pinned trust).
+        trust: Option<JoinTrust>,
     },
     /// Wait for an operator.
     Pending(Pending),
@@ -104,10 +118,11 @@ pub fn verify_response(
     csr_sha256: &[u8; 32],
     node_spki: &[u8],
 ) -> Result<Verified, ResponseError> {
-    if response.key_id != sha256_hex(&trust.join_signing_key) {
-        return Err(ResponseError::WrongKey);
-    }
-    let point = ec_point(&trust.join_signing_key)?;
+    let signing_key = trust
+        .join_signing_keys()
+        .find(|key| response.key_id == sha256_hex(key))
+        .ok_or(ResponseError::WrongKey)?;
+    let point = ec_point(signing_key)?;
     UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &point)
         .verify(&response_signing_input(&response.body), &response.signature)
         .map_err(|_| ResponseError::BadSignature)?;
@@ -130,14 +145,59 @@ pub fn verify_response(
             if body.node_id.is_empty() {
                 return Err(ResponseError::Incomplete);
             }
-            let not_after_ms = check_leaf(trust, leaf, &body.node_id, node_spki)?;
+            // An update older than what is pinned is not taken: no rollback to retired keys.
+            let updated = match &body.trust {
+                Some(update) if update.sequence >= trust.sequence => {
+                    Some(checked_update(trust, update)?)
+                }
+                _ => None,
+            };
+            let not_after_ms = check_leaf(
+                updated.as_ref().unwrap_or(trust),
+                leaf,
+                &body.node_id,
+                node_spki,
+            )?;
             Ok(Verified::Joined {
                 node_id: body.node_id,
                 chain: body.chain,
                 not_after_ms,
+                trust: updated.filter(|t| t != trust),
             })
         }
     }
+}
+
+/// `trust` with `update`'s keys, each checked to be usable: at least one node CA certificate,
+/// every signing key a P-256 SubjectPublicKeyInfo, a 32-byte encryption key.
+fn checked_update(trust: &JoinTrust, update: &TrustUpdate) -> Result<JoinTrust, ResponseError> {
+    let bad = |e: ResponseError| ResponseError::BadTrustUpdate(e.to_string());
+    let next = trust.updated(update);
+    node_cas(&next).map_err(bad)?;
+    for key in next.join_signing_keys() {
+        ec_point(key).map_err(bad)?;
+    }
+    if next.join_encryption_key.len() != 32 {
+        return Err(ResponseError::BadTrustUpdate(
+            "the join encryption key is not 32 bytes".into(),
+        ));
+    }
+    Ok(next)
+}
+
+/// The node CA certificates (DER) of `trust`: one or more PEM blocks, each a certificate.
+fn node_cas(trust: &JoinTrust) -> Result<Vec<Vec<u8>>, ResponseError> {
+    let mut cas = Vec::new();
+    for pem in x509_parser::pem::Pem::iter_from_buffer(trust.node_ca_pem.as_bytes()) {
+        let pem = pem.map_err(|e| ResponseError::Trust(e.to_string()))?;
+        pem.parse_x509()
+            .map_err(|e| ResponseError::Trust(e.to_string()))?;
+        cas.push(pem.contents);
+    }
+    if cas.is_empty() {
+        return Err(ResponseError::Trust("no node CA certificate".into()));
+    }
+    Ok(cas)
 }
 
 /// The leaf holds our key, is signed by the pinned node CA, and names exactly this node.
@@ -158,20 +218,27 @@ fn check_leaf(
         return Err(ResponseError::NotOurKey);
     }
 
-    let (_, pem) = x509_parser::pem::parse_x509_pem(trust.node_ca_pem.as_bytes())
-        .map_err(|e| ResponseError::Trust(e.to_string()))?;
-    let ca = pem
-        .parse_x509()
-        .map_err(|e| ResponseError::Trust(e.to_string()))?;
-    let ca_point = ec_point(ca.public_key().raw)?;
-    if leaf.issuer().as_raw() != ca.subject().as_raw()
-        || leaf.signature_algorithm.algorithm.to_id_string() != OID_ECDSA_SHA256
-    {
+    if leaf.signature_algorithm.algorithm.to_id_string() != OID_ECDSA_SHA256 {
         return Err(ResponseError::NotFromNodeCa);
     }
-    UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &ca_point)
-        .verify(leaf.tbs_certificate.as_ref(), &leaf.signature_value.data)
-        .map_err(|_| ResponseError::NotFromNodeCa)?;
+    // Any pinned node CA: during a rotation's window the retiring one and the new one.
+    let mut issued = false;
+    for ca_der in node_cas(trust)? {
+        let (_, ca) =
+            X509Certificate::from_der(&ca_der).map_err(|e| ResponseError::Trust(e.to_string()))?;
+        let ca_point = ec_point(ca.public_key().raw)?;
+        if leaf.issuer().as_raw() == ca.subject().as_raw()
+            && UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &ca_point)
+                .verify(leaf.tbs_certificate.as_ref(), &leaf.signature_value.data)
+                .is_ok()
+        {
+            issued = true;
+            break;
+        }
+    }
+    if !issued {
+        return Err(ResponseError::NotFromNodeCa);
+    }
 
     let expected = format!("spiffe://{}/node/{node_id}", trust.trust_domain);
     let uris: Vec<&str> = leaf
@@ -243,6 +310,7 @@ mod tests {
             node_id,
             chain,
             not_after_ms,
+            trust,
         }) = c.verify(&c.good)
         else {
             panic!("refused a good response");
@@ -250,6 +318,114 @@ mod tests {
         assert_eq!(node_id, "node_a");
         assert_eq!(chain.len(), 1);
         assert!(not_after_ms > 0);
+        assert_eq!(trust, None);
+    }
+
+    /// The host after a rotation of every key: the new CA issues, the old signing key signs,
+    /// and the body carries the new keys.
+    struct Rotated {
+        new_ca: Pki,
+        update: TrustUpdate,
+    }
+
+    fn rotated(c: &Case) -> Rotated {
+        let new_ca = Pki::new();
+        let update = TrustUpdate {
+            sequence: 1,
+            node_ca_pem: format!("{}{}", new_ca.trust.node_ca_pem, c.pki.trust.node_ca_pem),
+            join_signing_key: new_ca.trust.join_signing_key.clone(),
+            other_join_signing_keys: vec![c.pki.trust.join_signing_key.clone()],
+            join_encryption_key: new_ca.trust.join_encryption_key.clone(),
+        };
+        Rotated { new_ca, update }
+    }
+
+    #[test]
+    fn takes_the_new_trust_from_a_body_signed_by_a_pinned_key() {
+        let c = case();
+        let r = rotated(&c);
+        let mut body = joined_body(&CSR, "node_a", vec![r.new_ca.node_leaf(&c.node, "node_a")]);
+        // Without the update the new CA's leaf is not trusted.
+        assert_eq!(
+            c.verify(&c.pki.respond(&body)),
+            Err(ResponseError::NotFromNodeCa)
+        );
+        body.trust = Some(r.update.clone());
+        let Ok(Verified::Joined {
+            trust: Some(next), ..
+        }) = c.verify(&c.pki.respond(&body))
+        else {
+            panic!("refused a rotated response");
+        };
+        assert_eq!(next, c.pki.trust.updated(&r.update));
+        assert_eq!(next.tls_ca_pem, c.pki.trust.tls_ca_pem);
+        // With the new trust, a response signed by the new key verifies, and one of the old
+        // CA's leaves still does while the update names the old CA.
+        let by_new = r.new_ca.respond(&joined_body(
+            &CSR,
+            "node_a",
+            vec![c.pki.node_leaf(&c.node, "node_a")],
+        ));
+        let spki = c.node.subject_public_key_info();
+        assert!(matches!(
+            verify_response(&next, &by_new, &CSR, &spki),
+            Ok(Verified::Joined { trust: None, .. })
+        ));
+    }
+
+    #[test]
+    fn a_trust_update_needs_a_signature_by_a_pinned_key() {
+        let c = case();
+        let r = rotated(&c);
+        // A man in the middle with the new keys but not the pinned one: its signature names
+        // a key the agent does not pin.
+        let mut body = joined_body(&CSR, "node_a", vec![r.new_ca.node_leaf(&c.node, "node_a")]);
+        body.trust = Some(r.update);
+        assert_eq!(
+            c.verify(&r.new_ca.respond(&body)),
+            Err(ResponseError::WrongKey)
+        );
+    }
+
+    #[test]
+    fn refuses_an_unusable_or_stale_trust_update() {
+        let c = case();
+        let r = rotated(&c);
+        let leaf = r.new_ca.node_leaf(&c.node, "node_a");
+        let mut body = joined_body(&CSR, "node_a", vec![leaf]);
+        for broken in [
+            TrustUpdate {
+                node_ca_pem: "no certificate".into(),
+                ..r.update.clone()
+            },
+            TrustUpdate {
+                join_signing_key: b"not an spki".to_vec(),
+                ..r.update.clone()
+            },
+            TrustUpdate {
+                join_encryption_key: vec![1; 31],
+                ..r.update.clone()
+            },
+        ] {
+            body.trust = Some(broken);
+            assert!(matches!(
+                c.verify(&c.pki.respond(&body)),
+                Err(ResponseError::BadTrustUpdate(_))
+            ));
+        }
+        // Older than what is pinned: ignored, so the new CA's leaf is not trusted.
+        let mut pinned = c.pki.trust.clone();
+        pinned.sequence = 2;
+        body.trust = Some(r.update);
+        assert_eq!(
+            verify_response(
+                &pinned,
+                &c.pki.respond(&body),
+                &CSR,
+                &c.node.subject_public_key_info()
+            ),
+            Err(ResponseError::NotFromNodeCa)
+        );
     }
 
     #[test]

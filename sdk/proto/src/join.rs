@@ -113,6 +113,10 @@ pub struct JoinResponseBody {
     /// Set when the attestor could not decide this round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deferral: Option<Deferral>,
+    /// The host's join keys, sent once they have been rotated: the agent pins them in place
+    /// of its own (the signature over this body, by a key it pins, vouches for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust: Option<crate::TrustUpdate>,
 }
 
 /// A round that did not decide.
@@ -191,6 +195,7 @@ mod tests {
                 request_id: "jr_1".into(),
                 retry_after_seconds: 30,
             })),
+            trust: None,
         };
         let json = serde_json::to_value(&body).unwrap();
         assert_eq!(json["deferral"]["pending"]["requestId"], "jr_1");

@@ -27,7 +27,7 @@ pub use renew::RenewRequest;
 #[cfg(feature = "seal")]
 pub use seal::{SealError, TokenOpeningKey, generate_token_keypair, open_token, seal_token};
 pub use token::{TOKEN_SEAL_INFO, TokenError, TokenString};
-pub use trust::JoinTrust;
+pub use trust::{JoinTrust, TrustUpdate};
 
 /// How far before its issuance a node certificate's notBefore lies (ms), for relying parties
 /// whose clocks lag the database's. A certificate's lifetime counts from its issuance,

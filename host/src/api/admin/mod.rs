@@ -41,8 +41,13 @@ impl FromRequestParts<AppState> for AdminActor {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .unwrap_or_default();
-        match crate::ops::admins::authenticate(&state.db, &state.admin_key_sha256, presented).await
-        {
+        // The configured key, or the previous one until its rotation window ends.
+        let bootstrap = |key: &str| {
+            state
+                .admin_keys
+                .accepts(key, super::publish::wall_clock_ms())
+        };
+        match crate::ops::admins::authenticate(&state.db, bootstrap, presented).await {
             Ok(actor) => Ok(Self(actor)),
             Err(crate::ops::admins::AuthError::Store(e)) => Err(e.into()),
             Err(refused) => {

@@ -28,7 +28,7 @@ pub(super) struct Crypto {
 /// Times the join's crypto `iterations` times; the mean of each side.
 pub(super) fn crypto(iterations: usize) -> anyhow::Result<Crypto> {
     let pki = Pki::generate("bench.invalid")?;
-    let trust = pki.join_trust("");
+    let trust = pki.join_trust("", 1_800_000_000_000);
     let token = gatehouse_proto::TokenString {
         id: "tok_bench".into(),
         secret: vec![7; 32],
@@ -45,7 +45,7 @@ pub(super) fn crypto(iterations: usize) -> anyhow::Result<Crypto> {
 
         let started = Instant::now();
         let verified = verify_csr(&csr)?;
-        gatehouse_proto::open_token(pki.token_opening_key(), &sealed, &verified.sha256)?;
+        pki.open_token(&sealed, &verified.sha256, 1_800_000_000_000)?;
         let issued = pki.issue_node_cert(&IssueRequest {
             node_id: "node_bench",
             role: "node",
@@ -54,13 +54,17 @@ pub(super) fn crypto(iterations: usize) -> anyhow::Result<Crypto> {
             not_before_ms: 1_800_000_000_000,
             not_after_ms: 1_800_086_400_000,
         })?;
-        let response = pki.sign_response(&gatehouse_proto::JoinResponseBody {
-            v: 1,
-            csr_sha256: hex::encode(verified.sha256),
-            node_id: "node_bench".into(),
-            chain: vec![issued.der, pki.node_ca_der().to_vec()],
-            deferral: None,
-        })?;
+        let response = pki.sign_response(
+            gatehouse_proto::JoinResponseBody {
+                v: 1,
+                csr_sha256: hex::encode(verified.sha256),
+                node_id: "node_bench".into(),
+                chain: vec![issued.der, pki.node_ca_der().to_vec()],
+                deferral: None,
+                trust: None,
+            },
+            1_800_000_000_000,
+        )?;
         host += started.elapsed();
 
         let started = Instant::now();

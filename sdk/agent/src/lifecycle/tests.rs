@@ -256,6 +256,7 @@ fn fixture(from_s: i64, to_s: i64) -> Fixture {
         not_after_ms: cert.not_after_ms,
         attestor: "join-token".into(),
         rounds: 1,
+        trust: None,
     };
     let dir = tempfile::tempdir().unwrap();
     write_identity(dir.path(), &key, &joined).unwrap();
@@ -619,6 +620,7 @@ fn commit_refuses_a_key_the_certificate_does_not_certify() {
         not_after_ms: 0,
         attestor: String::new(),
         rounds: 1,
+        trust: None,
     };
     assert!(commit_next(dir, &staged, &joined, "join-token").is_err());
     assert!(commit_next(dir, &other, &joined, "join-token").is_err());
