@@ -255,7 +255,7 @@ async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refuse
     assert_eq!(during.sequence, 1);
     assert_eq!(
         during.other_join_signing_keys,
-        [old_trust.join_signing_key.clone()]
+        std::slice::from_ref(&old_trust.join_signing_key)
     );
     assert_ne!(during.join_signing_key, old_trust.join_signing_key);
     assert_ne!(during.join_encryption_key, old_trust.join_encryption_key);

@@ -40,6 +40,9 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// cause (the CRL reads every unexpired revoked certificate).
 pub const CRL_CACHE: Duration = Duration::from_secs(5);
 
+/// CRLs made at an instant.
+type CachedCrls = (Instant, Arc<Vec<Vec<u8>>>);
+
 /// What the host publishes, shared by the routes.
 pub struct Published {
     /// The API's TLS CA (PEM), which the join trust carries beside the bundle's keys.
@@ -47,7 +50,7 @@ pub struct Published {
     /// `[trust] refresh_seconds`.
     pub refresh: Duration,
     /// The last CRLs made (one per live node CA, the current CA's first), and when.
-    crl: tokio::sync::Mutex<Option<(Instant, Arc<Vec<Vec<u8>>>)>>,
+    crl: tokio::sync::Mutex<Option<CachedCrls>>,
 }
 
 impl Published {

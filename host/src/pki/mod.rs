@@ -134,7 +134,7 @@ fn random_32() -> Result<Zeroizing<[u8; 32]>, PkiError> {
 
 /// A new node CA for `trust_domain`: a P-256 key and a self-signed certificate (10 years,
 /// pathlen 0), as PEM, DER and the key's PKCS#8.
-fn new_node_ca(trust_domain: &str) -> Result<(String, Vec<u8>, Zeroizing<Vec<u8>>), PkiError> {
+fn new_node_ca(trust_domain: &str) -> Result<rotation::CaParts, PkiError> {
     let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -150,11 +150,11 @@ fn new_node_ca(trust_domain: &str) -> Result<(String, Vec<u8>, Zeroizing<Vec<u8>
     params.not_before = now - time::Duration::hours(1);
     params.not_after = now + time::Duration::days(CA_VALIDITY_DAYS);
     let ca_cert = params.self_signed(&ca_key)?;
-    Ok((
-        ca_cert.pem(),
-        ca_cert.der().to_vec(),
-        Zeroizing::new(ca_key.serialize_der()),
-    ))
+    Ok(rotation::CaParts {
+        pem: ca_cert.pem(),
+        der: ca_cert.der().to_vec(),
+        key_pkcs8: Zeroizing::new(ca_key.serialize_der()),
+    })
 }
 
 /// A join signing key from its PKCS#8, and its SubjectPublicKeyInfo.
@@ -176,7 +176,11 @@ impl Pki {
     /// join encryption key (HPKE, `gatehouse_proto::generate_token_keypair`) and a 32-byte AES-256-GCM challenge key.
     pub fn generate(trust_domain: &str) -> Result<Pki, PkiError> {
         identity::validate_trust_domain(trust_domain)?;
-        let (node_ca_pem, node_ca_der, node_ca_key_pkcs8) = new_node_ca(trust_domain)?;
+        let rotation::CaParts {
+            pem: node_ca_pem,
+            der: node_ca_der,
+            key_pkcs8: node_ca_key_pkcs8,
+        } = new_node_ca(trust_domain)?;
 
         let rng = aws_lc_rs::rand::SystemRandom::new();
         let signing = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)

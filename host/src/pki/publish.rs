@@ -292,7 +292,9 @@ mod tests {
             revoked_at_ms: T - 5_000,
             reason: RevocationReason::Superseded,
         };
-        let crls = new.sign_crls(&[entry.clone()], T, T + 1_000).unwrap();
+        let crls = new
+            .sign_crls(std::slice::from_ref(&entry), T, T + 1_000)
+            .unwrap();
         assert_eq!(crls.len(), 2);
         for (der, ca) in crls.iter().zip([new.node_ca_der(), old.node_ca_der()]) {
             let (_, crl) = CertificateRevocationList::from_der(der).unwrap();

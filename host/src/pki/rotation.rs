@@ -227,7 +227,11 @@ impl Pki {
             match kind {
                 KeyKind::NodeCa => {
                     in_window(kind, previous.node_ca.as_ref().map(|p| p.retire_at_ms))?;
-                    let (pem, der, key_pkcs8) = super::new_node_ca(&parts.trust_domain)?;
+                    let super::rotation::CaParts {
+                        pem,
+                        der,
+                        key_pkcs8,
+                    } = super::new_node_ca(&parts.trust_domain)?;
                     let old = CaParts {
                         pem: std::mem::replace(&mut parts.node_ca_pem, pem),
                         der: std::mem::replace(&mut parts.node_ca_der, der),
