@@ -1,7 +1,7 @@
 //! Fetched configuration (`[attestors.<id>.fetch]`) end to end: cloud-iid's Google JWKS comes
 //! from a key server the host polls, never from a join. A key the provider adds is admitted
-//! once fetched and a key it drops is refused; a failed fetch, and a JWKS the attestor
-//! refuses, each leave the last good keys serving and are recorded as events; joins go on with
+//! once fetched and a key it drops is refused; a failed fetch (an error status, a body not
+//! JSON or over the cap), and a JWKS the attestor refuses, each leave the last good keys serving and are recorded as events; joins go on with
 //! the key server gone; a restart with the key server down starts from the kept copy, and a
 //! first start with neither fails and says why.
 
@@ -227,6 +227,29 @@ async fn refreshes(backend: Backend) {
             .all(|e| e.kind != "attestor.replaced"),
         "a refused value replaced the attestor"
     );
+
+    // A body that is not JSON, and one over the 1 MiB cap: each recorded, neither applied.
+    for (i, (body, why)) in [
+        ("<html>moved</html>".to_owned(), "not JSON"),
+        (format!("\"{}\"", "k".repeat(1 << 20)), "over"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seen = host.events().await.len();
+        server.answer(200, &body);
+        let failed = event_after(&host, seen, "attestor.fetch-failed").await;
+        assert!(
+            failed.payload["why"].as_str().unwrap().contains(why),
+            "{failed:?}"
+        );
+        admitted(
+            &host,
+            token(&host, &format!("i-bad-{i}"), "gcp-2", &new).await,
+            why,
+        )
+        .await;
+    }
 
     // Joins never fetch: with the key server gone they go on.
     drop(server);
