@@ -1,5 +1,6 @@
 //! The admin surface's business logic, below HTTP: tokens, nodes, tenants, pools, join
-//! requests, workflows, events and audits, pruning, and admin identities, one module each.
+//! requests, workflows, events and audits, pruning, and admin identities, one module each;
+//! and what a site node may do over mTLS (its boot lease and discovery tokens, [`site`]).
 //!
 //! The axum handlers in [`crate::api`] only parse, authenticate (which yields the [`Actor`])
 //! and call a function here; every function takes checked input ([`Id`], the typed bodies of
@@ -19,6 +20,7 @@ pub mod nodes;
 mod page;
 pub mod pools;
 pub mod prune;
+pub mod site;
 pub mod tenants;
 pub mod tokens;
 pub mod types;
