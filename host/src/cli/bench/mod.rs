@@ -50,12 +50,12 @@ pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let tpm = tpm_verify::measure(args.calls.min(2000)).await?;
     let crypto = limits::crypto(args.calls.min(2000))?;
     let crypto_limit = cores as f64 * 1e6 / (crypto.host_us + crypto.agent_us);
-    let sqlite = backend_figures(None, &args, crypto_limit)
+    let sqlite = backend_figures(&Backend::Sqlite, &args, crypto_limit)
         .await
         .context("SQLite join benchmark")?;
     let postgres = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(
-            postgres_figures(&url, &args, crypto_limit)
+        Ok(admin_url) if !admin_url.is_empty() => Some(
+            backend_figures(&Backend::Postgres { admin_url }, &args, crypto_limit)
                 .await
                 .context("PostgreSQL join benchmark")?,
         ),
@@ -89,19 +89,58 @@ struct BackendFigures {
     detail: serde_json::Value,
 }
 
+/// Where a run's host keeps its data. Every run gets a database of its own, so none sees
+/// another's rows: the token ids are fixed, and tables grown by earlier runs would slow later
+/// ones.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// A SQLite file in the run's temporary directory.
+    Sqlite,
+    /// A new database on the PostgreSQL server `DATABASE_URL` names, dropped after the run.
+    Postgres { admin_url: String },
+}
+
+impl Backend {
+    /// Runs `run` with a fresh database: its URL, or `None` for SQLite in the run's own
+    /// directory.
+    async fn fresh<T>(
+        &self,
+        run: impl AsyncFnOnce(Option<String>) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        use sqlx::Connection as _;
+        let Backend::Postgres { admin_url } = self else {
+            return run(None).await;
+        };
+        let name = format!("gh_bench_{:016x}", rand::random::<u64>());
+        let mut admin = sqlx::PgConnection::connect(admin_url)
+            .await
+            .context("connecting to DATABASE_URL")?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await?;
+        let base = admin_url
+            .rsplit_once('/')
+            .map_or(admin_url.as_str(), |(b, _)| b);
+        let result = run(Some(format!("{base}/{name}"))).await;
+        if let Err(e) = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await
+        {
+            eprintln!("bench: could not drop the database {name}: {e}");
+        }
+        result
+    }
+}
+
 /// Every end-to-end run on one backend, and its database limit.
 async fn backend_figures(
-    database_url: Option<String>,
+    backend: &Backend,
     args: &BenchArgs,
     crypto_limit: f64,
 ) -> anyhow::Result<BackendFigures> {
-    let headline = joins_per_second(
-        database_url.clone(),
-        args.joins,
-        args.agents,
-        Tokens::Distinct,
-    )
-    .await?;
+    let headline = backend
+        .fresh(async |url| joins_per_second(url, args.joins, args.agents, Tokens::Distinct).await)
+        .await?;
     let mut runs = serde_json::Map::new();
     for (name, agents, tokens) in [
         ("distinct_1", 1, Tokens::Distinct),
@@ -109,27 +148,27 @@ async fn backend_figures(
         ("distinct_64", 64, Tokens::Distinct),
         ("shared_64", 64, Tokens::Shared),
     ] {
-        let run = joins_per_second(database_url.clone(), args.joins, agents, tokens)
+        let run = backend
+            .fresh(async |url| joins_per_second(url, args.joins, agents, tokens).await)
             .await
             .with_context(|| format!("the {name} run"))?;
         runs.insert(name.into(), run.json(crypto_limit));
     }
-    let db_limit = {
-        let dir = tempfile::tempdir()?;
-        let url = match &database_url {
-            Some(url) => url.clone(),
-            None => crate::store::sqlite_url(&dir.path().join("limit.db"))?,
-        };
-        let db = crate::store::Db::connect(&url)
-            .await
-            .context("the database limit")?;
-        db.migrate().await?;
-        let rate = limits::database(&db, args.joins, 16)
-            .await
-            .context("the database limit")?;
-        db.close().await;
-        rate
-    };
+    let db_limit = backend
+        .fresh(async |url| {
+            let dir = tempfile::tempdir()?;
+            let url = match url {
+                Some(url) => url,
+                None => crate::store::sqlite_url(&dir.path().join("limit.db"))?,
+            };
+            let db = crate::store::Db::connect(&url).await?;
+            db.migrate().await?;
+            let rate = limits::database(&db, args.joins, 16).await;
+            db.close().await;
+            rate
+        })
+        .await
+        .context("the database limit")?;
     runs.insert("db_limit_joins_per_s".into(), round1(db_limit).into());
     let fraction = |v: &serde_json::Value| v["joins_per_s"].as_f64().unwrap_or(0.0);
     let best = runs.get("distinct_16").map(fraction).unwrap_or(0.0);
@@ -149,26 +188,6 @@ fn round2(v: f64) -> f64 {
 
 fn round1(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
-}
-
-/// A fresh PostgreSQL database for the runs, dropped afterwards.
-async fn postgres_figures(
-    admin_url: &str,
-    args: &BenchArgs,
-    crypto_limit: f64,
-) -> anyhow::Result<BackendFigures> {
-    use sqlx::Connection as _;
-    let name = format!("gh_bench_{:016x}", rand::random::<u64>());
-    let mut admin = sqlx::PgConnection::connect(admin_url).await?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut admin)
-        .await?;
-    let base = admin_url.rsplit_once('/').map_or(admin_url, |(b, _)| b);
-    let result = backend_figures(Some(format!("{base}/{name}")), args, crypto_limit).await;
-    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await;
-    result
 }
 
 /// Whether each agent spends its own single-use token or all share one.
