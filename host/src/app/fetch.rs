@@ -323,12 +323,13 @@ impl Refresher {
                 return;
             }
         };
-        if self.fetched.get(fetch).as_ref() == Some(&value)
-            || state.refused.as_ref() == Some(&value)
-        {
-            if state.refused.as_ref() != Some(&value) {
-                state.recorded = None;
-            }
+        if state.refused.as_ref() == Some(&value) {
+            // The value the attestor refused last time: refused again, already recorded.
+            return;
+        }
+        if self.fetched.get(fetch).as_ref() == Some(&value) {
+            // Unchanged and serving: whatever failed before has recovered.
+            state.recorded = None;
             return;
         }
         let before = self.fetched.set(fetch, Some(value.clone()));
