@@ -11,7 +11,7 @@ use crate::api::{self, AppState, ServerHandle};
 use crate::config::Config;
 use crate::join::JoinService;
 use crate::join::sink::{RefusalSink, SinkError, SinkWorker};
-use crate::pki::Pki;
+use crate::pki::{LivePki, Pki};
 use crate::runtime::Runtime;
 use crate::store::Db;
 
@@ -154,8 +154,8 @@ pub struct Running {
     pub server: ServerHandle,
     /// The database (tests inspect it).
     pub db: Db,
-    /// The host's PKI.
-    pub pki: Arc<Pki>,
+    /// The host's PKI, replaced on SIGHUP by a rotation of its bundle.
+    pub pki: LivePki,
     /// JoinService.
     pub join: Arc<JoinService>,
     /// The refusal sink's delivery task, when `[audit.sink]` is configured.
@@ -194,6 +194,9 @@ pub struct Reloaded {
     pub log_level_set: bool,
     /// Whether the admin keys were read again.
     pub admin_keys_reloaded: bool,
+    /// The rotation count of the PKI bundle put in place, when the file held a later
+    /// rotation (`gatehouse pki rotate`) than the one loaded.
+    pub pki_rotated: Option<u64>,
     /// What could not be applied, and why.
     pub errors: Vec<String>,
     /// Settings that changed but take effect only after a restart.
@@ -280,6 +283,12 @@ impl Running {
             Err(e) => done.errors.push(format!("admin key: {e}")),
         }
 
+        // From the file the host started with, as the admin keys: a new path needs a restart.
+        match self.reload_pki() {
+            Ok(rotated) => done.pki_rotated = rotated,
+            Err(e) => done.errors.push(format!("pki_bundle: {e}")),
+        }
+
         if let Some(level) = &config.log_level {
             match crate::logging::set_filter(level) {
                 Ok(()) => done.log_level_set = true,
@@ -346,9 +355,25 @@ impl Running {
             tls_reloaded = done.tls_reloaded,
             log_level_set = done.log_level_set,
             admin_keys_reloaded = done.admin_keys_reloaded,
+            pki_rotated = ?done.pki_rotated,
             "configuration reloaded"
         );
         done
+    }
+
+    /// Reads the PKI bundle again and puts it in place if it is a later rotation of the one
+    /// loaded: its rotation count then.
+    fn reload_pki(&self) -> Result<Option<u64>, String> {
+        let path = self.started.path(&self.started.pki_bundle);
+        let secret = load_secret(&self.started).map_err(|e| e.to_string())?;
+        let bundle = String::from_utf8_lossy(&read(&path).map_err(|e| e.to_string())?).into_owned();
+        let next =
+            Pki::from_bundle(&bundle, &secret).map_err(|e| format!("{}: {e}", path.display()))?;
+        let rotated = self.pki.replace(next).map_err(|e| e.to_string())?;
+        if let Some(sequence) = rotated {
+            tracing::info!(rotation = sequence, path = %path.display(), "rotated PKI bundle in place");
+        }
+        Ok(rotated)
     }
 }
 
@@ -360,12 +385,13 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let secret = load_secret(config)?;
     let bundle_path = config.path(&config.pki_bundle);
     let bundle = String::from_utf8_lossy(&read(&bundle_path)?).into_owned();
-    let pki = Arc::new(
-        Pki::from_bundle(&bundle, &secret).map_err(|source| StartError::Pki {
-            path: bundle_path,
-            source,
-        })?,
-    );
+    let pki =
+        LivePki::new(
+            Pki::from_bundle(&bundle, &secret).map_err(|source| StartError::Pki {
+                path: bundle_path,
+                source,
+            })?,
+        );
     let admin_keys = Arc::new(AdminKeys::load(&config.path(&config.admin_key_file))?);
 
     let db = Db::connect(&database_url).await?;
@@ -397,7 +423,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let (tls, tls_certificate) = api::tls_config(
         &tls_cert,
         &read(&config.path(&config.tls.key))?,
-        pki.node_ca_der(),
+        pki.get().node_ca_der(),
     )
     .map_err(|e| StartError::Tls(e.to_string()))?;
     let tls_ca_pem = tls_ca_pem(config, &tls_cert)?;
@@ -438,7 +464,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         None => None,
     };
     let sweeper = tokio::spawn(sweep_superseded(db.clone()));
-    tracing::info!(addr = %server.addr, trust_domain = %pki.trust_domain(), "gatehouse serving");
+    tracing::info!(addr = %server.addr, trust_domain = %pki.get().trust_domain(), "gatehouse serving");
     let attestors = AttestorWatch::new(join.clone(), db.clone(), config.runtime(), fetched.clone());
     let refreshers = fetch::refresh(fetches, fetched, attestors.clone(), db.clone());
     let watcher = (config.runtime.attestors_poll_ms > 0).then(|| {
@@ -786,7 +812,7 @@ pub mod dev {
         let config = dir.join("gatehouse.toml");
         if !config.exists() {
             let text = format!(
-                "# Written by `gatehouse serve --dev`.\ndata_dir = {dir:?}\nlisten = {listen:?}\npki_bundle = \"pki.json\"\nsecret_file = \"secret\"\nadmin_key_file = \"admin.key\"\n\n[tls]\ncert = \"tls/server.pem\"\nkey = \"tls/server.key\"\n\n# Drop .wasm attestors here: added, replaced and removed files are picked up while serving.\n[runtime]\nattestors_dir = \"attestors\"\n",
+                "# Written by `gatehouse serve --dev`.\ndata_dir = {dir:?}\nlisten = {listen:?}\npki_bundle = \"pki.json\"\nsecret_file = \"secret\"\nadmin_key_file = \"admin.key\"\n\n[tls]\ncert = \"tls/server.pem\"\nkey = \"tls/server.key\"\n# The CA agents pin for TLS, published in /v1/trust.\nca = \"tls/ca.pem\"\n\n# Drop .wasm attestors here: added, replaced and removed files are picked up while serving.\n[runtime]\nattestors_dir = \"attestors\"\n",
                 dir = dir.display().to_string(),
             );
             write_new(&config, text.as_bytes(), 0o600)?;

@@ -53,6 +53,7 @@ async fn create_tenant(host: &TestHost, key: &str, tenant: &str) -> StatusCode {
 
 /// Every event, through the API, as the shared type.
 async fn events(host: &TestHost) -> Vec<Event> {
+    host.event_feed_settled().await;
     let (status, events) = host
         .admin_call::<(), Vec<Event>>(
             &host.admin_key,

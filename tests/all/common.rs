@@ -143,6 +143,8 @@ pub struct TestHost {
     pub database_url: String,
     /// The host's data directory (its `attestors/` is the attestors directory).
     pub data: PathBuf,
+    /// The configuration it started with: what a SIGHUP reads again, unchanged.
+    pub config: Config,
     created_database: Option<String>,
 }
 
@@ -280,6 +282,7 @@ impl TestHost {
             admin_key,
             database_url,
             data,
+            config,
             created_database,
         })
     }
@@ -427,7 +430,7 @@ impl TestHost {
         statements: &[String],
     ) -> Vec<u8> {
         let issued = must(
-            self.running.pki.issue_node_cert(&IssueRequest {
+            self.running.pki.get().issue_node_cert(&IssueRequest {
                 node_id,
                 role: role.as_str(),
                 spki_der,
@@ -481,6 +484,11 @@ impl TestHost {
         (exit, must(String::from_utf8(out), "CLI output"))
     }
 
+    /// What SIGHUP does, with the configuration unchanged (files it names may have been).
+    pub async fn sighup(&mut self) -> app::Reloaded {
+        self.running.reload(self.config.clone()).await
+    }
+
     /// Database time.
     pub async fn now(&self) -> i64 {
         let mut tx = must(self.running.db.begin().await, "begin");
@@ -494,6 +502,29 @@ impl TestHost {
         let rows = must(tx.list_events(0, 10_000).await, "events");
         must(tx.commit().await, "commit");
         rows
+    }
+
+    /// Waits until the event feed (`GET /v1/admin/events`) shows every event committed so
+    /// far. On PostgreSQL the feed holds back events newer than the oldest transaction open
+    /// anywhere in the cluster, so that it never skips one that commits late; with tests
+    /// running side by side, another test's open transaction can hold it back for a while.
+    pub async fn event_feed_settled(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut tx = must(self.running.db.begin().await, "begin");
+            let all = must(tx.list_events(0, 10_000).await, "events").len();
+            let fed = must(tx.event_feed(0, 10_000).await, "event feed").len();
+            must(tx.commit().await, "commit");
+            if fed == all {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the event feed still holds back {} of {all} events after 60 s",
+                all - fed
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub async fn audits(&self) -> Vec<AuditRow> {

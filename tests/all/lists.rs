@@ -259,6 +259,7 @@ async fn every_admin_list_pages() {
             host.create_token("node", 1).await;
         }
         fill(&host).await;
+        host.event_feed_settled().await;
         for (path, whole, key) in expected(&host).await {
             assert!(whole.len() >= ROWS, "{path}: {whole:?}");
             let (paged, requests) = walk(&host, path, 2, key).await;

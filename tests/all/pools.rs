@@ -401,7 +401,7 @@ impl Pop {
             node_id: node_id.to_owned(),
             key,
             leaf,
-            ca: host.running.pki.node_ca_der().to_vec(),
+            ca: host.running.pki.get().node_ca_der().to_vec(),
             client_time: host.now().await,
         }
     }

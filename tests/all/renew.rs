@@ -195,7 +195,7 @@ async fn keeps_statements_the_csr_omits(backend: Backend) {
             std::slice::from_ref(&statement),
         )
         .await;
-    let chain = vec![leaf, host.running.pki.node_ca_der().to_vec()];
+    let chain = vec![leaf, host.running.pki.get().node_ca_der().to_vec()];
     // build_csr asks for no SAN at all.
     let (_, renewed) = issued(
         renew(
@@ -238,7 +238,7 @@ async fn refuses_each_leaf_that_may_not_renew(backend: Backend) {
     let node = join_node(&host).await;
     let now = host.now().await;
     let fresh = || NodeKey::generate().unwrap();
-    let ca = host.running.pki.node_ca_der().to_vec();
+    let ca = host.running.pki.get().node_ca_der().to_vec();
     let spki = node.key.spki_der();
     // A certificate of the node's key, as the host records its own.
     let issue = async |generation: u32, not_before: i64, not_after: i64| {

@@ -1,12 +1,11 @@
 //! Key rotation (`gatehouse pki rotate all`) against a real host with agents renewing across
 //! it: before, during and after the overlap window.
 //!
-//! The host restarts on the rotated bundle (a single host; replicas would roll). Agents
-//! renewing through the restart retry it like any outage; what must hold is that none is ever
-//! refused, none has to re-join, each moves to the new node CA and pins the new keys, and
-//! after the window the old keys are refused: a token sealed to the old encryption key
-//! (`retired-encryption-key`, nothing spent) and a certificate of the old CA
-//! (`retired-ca`).
+//! The bundle is rotated while the host serves, and a SIGHUP puts it in place: no restart.
+//! What must hold is that no agent is ever refused, none has to re-join, each moves to the new
+//! node CA and pins the new keys, and after the window the old keys are refused: a token
+//! sealed to the old encryption key (`retired-encryption-key`, nothing spent), a certificate
+//! of the old CA at renewal (`retired-ca`) and through x509pop. SQLite and PostgreSQL.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -19,17 +18,13 @@ use gatehouse_agent::{
 use gatehouse_proto::{JoinTrust, Role, TokenString};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::common::{Backend, HostOptions, TestHost};
+use crate::common::{Backend, HostOptions, TestHost, backends};
+use crate::x509pop::{Held, pop_join};
 
 /// Certificate lifetime on the test host.
 const TTL_SECONDS: u32 = 6;
 /// The overlap window: at least the certificate lifetime, as `pki rotate --config` demands.
 const OVERLAP: &str = "12s";
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -69,7 +64,7 @@ struct Agent {
 impl Agent {
     fn start(url: &str, trust: &JoinTrust, dir: PathBuf) -> Self {
         let policy = RenewPolicy {
-            // Every ~2 s with a 6 s lifetime: a few seconds of slack for the host's restart.
+            // Every ~2 s with a 6 s lifetime.
             renew_when_left: 0.7,
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(1),
@@ -95,15 +90,19 @@ impl Agent {
     }
 
     /// Waits for a renewal after which `done` holds (its files are written before it is
-    /// reported); panics on a re-join, which a rotation must never need.
+    /// reported); panics on a re-join, which a rotation must never need, and on a failed
+    /// attempt: the host never stops serving.
     async fn renewed_until(&mut self, what: &str, done: impl Fn(&Self) -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             match tokio::time::timeout_at(deadline, self.rx.recv()).await {
                 Ok(Some(event)) => {
                     assert!(
-                        !matches!(event, LifecycleEvent::Rejoined { .. }),
-                        "a re-join: {:?}",
+                        !matches!(
+                            event,
+                            LifecycleEvent::Rejoined { .. } | LifecycleEvent::Failed { .. }
+                        ),
+                        "{event:?} after {:?}",
                         self.seen
                     );
                     self.seen.push(event.clone());
@@ -175,19 +174,26 @@ async fn renew_refusals(host: &TestHost) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refused_after_it() {
+    for backend in backends() {
+        rotation(backend).await;
+    }
+}
+
+async fn rotation(backend: Backend) {
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("host");
-    let opts = HostOptions {
+    let mut host = TestHost::start_with(HostOptions {
         cert_ttl_seconds: Some(TTL_SECONDS),
-        data_dir: Some(data.clone()),
-        listen: Some(format!("127.0.0.1:{}", free_port())),
-        ..HostOptions::new(Backend::Sqlite)
-    };
-    let host = TestHost::start_with(opts.clone()).await;
+        ..HostOptions::new(backend)
+    })
+    .await;
+    let data = host.data.clone();
     // What machines were given before the rotation (baked into their images, say).
     let old_trust = host.trust.clone();
-    let old_ca = host.running.pki.node_ca_der().to_vec();
+    let old_ca = host.running.pki.get().node_ca_der().to_vec();
     assert_eq!(old_trust.sequence, 0);
+    // `/v1/trust` publishes the TLS CA the dev host wrote into machines' trust files (not the
+    // server's leaf, which a renewed server certificate would change).
+    assert_eq!(served_trust(&host).await, old_trust);
 
     // Two agents keep their certificates renewed.
     let mut agents = Vec::new();
@@ -214,12 +220,16 @@ async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refuse
         )
         .await;
     let stale_chain = vec![stale_leaf, old_ca.clone()];
+    // Two nodes offline with certificates of the old CA that expired an hour ago: one comes
+    // back through x509pop inside the window, the other only after it.
+    let back_during = Held::offline(&host).await;
+    let back_after = Held::offline(&host).await;
     for agent in &mut agents {
         agent.renewed_until("before the rotation", |_| true).await;
     }
 
-    // The rotation: the bundle is rewritten, and the host restarts on it.
-    host.stop().await;
+    // The rotation: the bundle is rewritten while the host serves, and a SIGHUP puts it in
+    // place; the agents go on renewing throughout.
     let cli = gatehouse::cli::Cli::try_parse_args([
         "gatehouse",
         "pki",
@@ -237,17 +247,19 @@ async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refuse
     gatehouse::cli::execute(cli, &mut out).await.unwrap();
     let printed = String::from_utf8(out).unwrap();
     assert!(printed.contains("node-ca: rotated"), "{printed}");
-    let host = TestHost::start_with(opts.clone()).await;
-    let new_ca = host.running.pki.node_ca_der().to_vec();
-    assert_ne!(new_ca, old_ca);
-    let retire_at = host.running.pki.retiring()[0].1;
-    assert!(
-        host.running
-            .pki
-            .retiring()
-            .iter()
-            .all(|(_, at)| *at == retire_at)
+    let reloaded = host.sighup().await;
+    assert_eq!(reloaded.pki_rotated, Some(1), "{:?}", reloaded.errors);
+    assert!(reloaded.errors.is_empty(), "{:?}", reloaded.errors);
+    assert_eq!(
+        host.sighup().await.pki_rotated,
+        None,
+        "the same bundle again"
     );
+    let pki = host.running.pki.get();
+    let new_ca = pki.node_ca_der().to_vec();
+    assert_ne!(new_ca, old_ca);
+    let retire_at = pki.retiring()[0].1;
+    assert!(pki.retiring().iter().all(|(_, at)| *at == retire_at));
 
     // In the window: both CAs and both signing keys are published, the new encryption key
     // is advertised.
@@ -311,6 +323,11 @@ async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refuse
     .await
     .unwrap();
     assert_eq!(joined.trust.as_ref().map(|t| t.sequence), Some(1));
+    // An expired certificate of the old CA re-joins through x509pop while the window lasts.
+    let rejoined = pop_join(&host, &mut back_during.proof(&host, Role::Node).await)
+        .await
+        .unwrap();
+    assert_eq!(rejoined.node_id, back_during.node_id);
 
     // After the window.
     let wait = u64::try_from(retire_at + 500 - now_ms()).unwrap_or(0);
@@ -367,8 +384,7 @@ async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refuse
         .iter()
         .filter(|e| e.kind == "node.joined")
         .count();
-    // (The dev host serves its TLS leaf as `tlsCaPem`; the keys are what matter here.)
-    let current = old_trust.updated(&after.keys());
+    let current = after.clone();
     join_into(&host, &current, &token, &tmp.path().join("late")).await;
     let nodes_after = host
         .events()
@@ -392,6 +408,21 @@ async fn agents_renew_across_a_rotation_of_every_key_and_the_old_keys_are_refuse
         2,
         "its join's and the long one; none issued since"
     );
+
+    // After the window a certificate of the retired CA is no longer one of this host's, for
+    // an attestor either: x509pop finds no such certificate, and nothing is issued.
+    let denied = pop_join(&host, &mut back_after.proof(&host, Role::Node).await)
+        .await
+        .unwrap_err();
+    assert!(matches!(denied, JoinError::Denied), "{denied}");
+    assert_eq!(
+        host.refusal_reasons().await.last().map(String::as_str),
+        Some("unknown-certificate")
+    );
+    let mut tx = host.running.db.begin().await.unwrap();
+    let certs = tx.node_certs(&back_after.node_id).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(certs.len(), 2, "its join's and the expired one");
 
     // No agent was ever refused, and none re-joined.
     for agent in agents {

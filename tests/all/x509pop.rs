@@ -42,8 +42,8 @@ async fn token_join(host: &TestHost, role: Role) -> String {
 
 /// A certificate the host issued and recorded, and the key it certifies: what a machine that
 /// was offline comes back with.
-struct Held {
-    node_id: String,
+pub(crate) struct Held {
+    pub(crate) node_id: String,
     key: KeyPair,
     leaf: Vec<u8>,
 }
@@ -79,17 +79,17 @@ impl Held {
 
     /// A node joined with a token, holding a certificate of its current generation that
     /// expired an hour ago.
-    async fn offline(host: &TestHost) -> Self {
+    pub(crate) async fn offline(host: &TestHost) -> Self {
         let node_id = token_join(host, Role::Node).await;
         let generation = node(host, &node_id).await.identity_generation;
         Held::expired(host, &node_id, NodeRole::Node, generation, HOUR).await
     }
 
     /// A proof by this certificate's key, made now by database time.
-    async fn proof(&self, host: &TestHost, role: Role) -> Pop<'_> {
+    pub(crate) async fn proof(&self, host: &TestHost, role: Role) -> Pop<'_> {
         Pop {
             held: self,
-            ca: host.running.pki.node_ca_der().to_vec(),
+            ca: host.running.pki.get().node_ca_der().to_vec(),
             role,
             node_id: self.node_id.clone(),
             client_time: host.now().await,
@@ -109,7 +109,7 @@ impl Held {
 
 /// The x509pop evidence producer of the test: the proof a [`Held`] certificate's key makes,
 /// with knobs to make it wrong.
-struct Pop<'a> {
+pub(crate) struct Pop<'a> {
     held: &'a Held,
     ca: Vec<u8>,
     role: Role,
@@ -194,7 +194,7 @@ fn fixed_signature(der: &[u8]) -> Vec<u8> {
     out
 }
 
-async fn pop_join(host: &TestHost, pop: &mut Pop<'_>) -> Result<Joined, JoinError> {
+pub(crate) async fn pop_join(host: &TestHost, pop: &mut Pop<'_>) -> Result<Joined, JoinError> {
     pop_join_with(host, pop, None).await
 }
 
@@ -469,6 +469,7 @@ async fn refusals(backend: Backend) {
     let unrecorded = host
         .running
         .pki
+        .get()
         .issue_node_cert(&gatehouse::pki::IssueRequest {
             node_id: &node_id,
             role: "node",

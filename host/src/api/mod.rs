@@ -44,7 +44,7 @@ pub struct AppState {
     /// database ([`crate::ops::admins`]).
     pub admin_keys: Arc<crate::app::AdminKeys>,
     /// The host's PKI: the CRL is signed and the SPIFFE bundle made with it.
-    pub pki: Arc<crate::pki::Pki>,
+    pub pki: crate::pki::LivePki,
     /// What the public routes serve.
     pub published: Arc<publish::Published>,
 }

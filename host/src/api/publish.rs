@@ -113,6 +113,7 @@ pub(super) async fn trust(State(state): State<AppState>) -> Json<JoinTrust> {
     Json(
         state
             .pki
+            .get()
             .join_trust(&state.published.tls_ca_pem, wall_clock_ms()),
     )
 }
@@ -123,6 +124,7 @@ pub(super) async fn spiffe_bundle(
 ) -> Result<Json<SpiffeBundle>, ApiError> {
     let bundle = state
         .pki
+        .get()
         .spiffe_bundle(state.published.refresh.as_secs(), wall_clock_ms())
         .map_err(|e| ApiError::Internal(format!("SPIFFE bundle: {e}")))?;
     Ok(Json(bundle))
@@ -136,7 +138,7 @@ async fn crls_der(state: &AppState) -> Result<Arc<Vec<Vec<u8>>>, ApiError> {
     {
         return Ok(der.clone());
     }
-    let der = Arc::new(make_crls(&state.db, &state.pki, state.published.refresh).await?);
+    let der = Arc::new(make_crls(&state.db, &state.pki.get(), state.published.refresh).await?);
     *cached = Some((Instant::now(), der.clone()));
     Ok(der)
 }

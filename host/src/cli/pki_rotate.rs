@@ -1,10 +1,11 @@
 //! `gatehouse pki rotate`: new keys, with an overlap window in which the replaced ones still
 //! work (see `crate::pki` rotation for what each key does in the window).
 //!
-//! The bundle is rewritten in place (one rename; 0600). Hosts load it at start, so every
-//! replica is restarted after a rotation, one at a time: a replica still on the old bundle
-//! and one on the new accept each other's certificates and tokens, because the new bundle
-//! keeps the old keys for the window. The admin key is read again on SIGHUP: no restart.
+//! The bundle is rewritten in place (one rename; 0600). A running host takes it on SIGHUP
+//! (`crate::pki::LivePki`), as it takes the admin key: no restart. Replicas sharing one
+//! database are signalled one after another: a replica still on the old bundle and one on the
+//! new accept each other's certificates and tokens, because the new bundle keeps the old keys
+//! for the window. Replicas with their own copy of the file get the new copy first.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -168,9 +169,9 @@ pub(super) fn run(args: RotateArgs, out: &mut (dyn std::io::Write + Send)) -> an
         }
         writeln!(
             out,
-            "wrote {} (rotation {}); restart every host on it, one at a time. Agents pick up \
-             the new keys at their next renewal; `gatehouse pki trust` writes the trust file \
-             for new machines",
+            "wrote {} (rotation {}); send SIGHUP to every host on it (or restart them, one \
+             at a time). Agents pick up the new keys at their next renewal; `gatehouse pki \
+             trust` writes the trust file for new machines",
             path.display(),
             rotated.sequence()
         )?;

@@ -145,7 +145,16 @@ impl<B: TxBackend> HostTx for CallState<B> {
         Ok(timed!(
             self,
             tx,
-            |s| s.backend.node_cert(&der),
+            |s| async {
+                let Some(cert) = s.backend.node_cert(&der).await? else {
+                    return Ok(None);
+                };
+                // Renewal refuses a certificate of a retired node CA (`retired-ca`); an
+                // attestor that admits on a certificate (x509pop's re-join of an expired one)
+                // must not find it either.
+                let now = s.backend.now().await?;
+                Ok(s.pki.check_issuer(&der, now).is_ok().then_some(cert))
+            },
             TxError::Storage
         ))
     }

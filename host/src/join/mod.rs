@@ -28,7 +28,7 @@ use gatehouse_proto::{
 };
 
 use crate::imports::{Apply, Effects, Session, Settle, Staged};
-use crate::pki::{IssueRequest, OpenError, Pki, VerifiedCsr, verify_csr};
+use crate::pki::{IssueRequest, LivePki, OpenError, Pki, VerifiedCsr, verify_csr};
 use crate::runtime::Runtime;
 use crate::runtime::bindings::types::{
     self as wit, Deferral, HardwareClaims, JoinRole, OpenedToken, Outcome,
@@ -120,7 +120,7 @@ impl Default for JoinSettings {
 pub struct JoinService {
     db: Db,
     runtime: Arc<Runtime<Staged>>,
-    pki: Arc<Pki>,
+    pki: LivePki,
     settings: JoinSettings,
     /// Where refusals are copied to, if configured ([`sink`]).
     /// Replaced by a reload (SIGHUP) when `[audit.sink]` changes.
@@ -136,7 +136,7 @@ impl JoinService {
     pub fn new(
         db: Db,
         runtime: Arc<Runtime<Staged>>,
-        pki: Arc<Pki>,
+        pki: LivePki,
         settings: JoinSettings,
     ) -> Self {
         Self {
@@ -148,6 +148,11 @@ impl JoinService {
             backlog: Arc::default(),
             metrics: Arc::default(),
         }
+    }
+
+    /// The PKI now (see [`LivePki`] for why a round may take it more than once).
+    fn pki(&self) -> Arc<Pki> {
+        self.pki.get()
     }
 
     /// This service's metrics (`GET /metrics`).
@@ -292,10 +297,11 @@ impl JoinService {
             None => None,
             // The host's clock: no transaction (and its database time) is open yet.
             Some(sealed) => {
-                match self
-                    .pki
-                    .open_token(sealed, &csr.sha256, crate::api::publish::wall_clock_ms())
-                {
+                match self.pki().open_token(
+                    sealed,
+                    &csr.sha256,
+                    crate::api::publish::wall_clock_ms(),
+                ) {
                     Ok(token) => Some(token),
                     Err(e) => {
                         let refusal = match e {
@@ -354,7 +360,7 @@ impl JoinService {
             let session = Session::new(
                 round.attestor.clone(),
                 Staged::new(self.db.clone(), round.attestor.clone()),
-                self.pki.clone(),
+                self.pki(),
                 csr.sha256.to_vec(),
             );
             let call = attestors
@@ -466,7 +472,7 @@ impl JoinService {
             let session = Session::new(
                 round.attestor.clone(),
                 Staged::new(self.db.clone(), round.attestor.clone()),
-                self.pki.clone(),
+                self.pki(),
                 request.csr_sha256.clone(),
             );
             let (attestors, db, request, round) = (
@@ -612,7 +618,10 @@ impl JoinService {
             deferral: Some(wire),
             trust: None,
         };
-        let response = self.pki.sign_response(body, now).map_err(failed("sign"))?;
+        let response = self
+            .pki()
+            .sign_response(body, now)
+            .map_err(failed("sign"))?;
         record::write_at(&mut tx, round, &Decision::deferred(), now)
             .await
             .map_err(storage("record"))?;
@@ -915,8 +924,9 @@ impl JoinService {
         // still counts from `now` (agents know the back-dating and take it off).
         let not_before = cert.now - gatehouse_proto::ISSUANCE_BACKDATE_MS;
         let not_after = cert.now + i64::from(ttl) * 1000;
-        let issued = self
-            .pki
+        // One bundle for the certificate, its chain and the answer's signature.
+        let pki = self.pki();
+        let issued = pki
             .issue_node_cert(&IssueRequest {
                 node_id: cert.node_id,
                 role: cert.role.as_str(),
@@ -943,14 +953,11 @@ impl JoinService {
             v: 1,
             csr_sha256: hex::encode(csr.sha256),
             node_id: cert.node_id.to_owned(),
-            chain: vec![issued.der, self.pki.node_ca_der().to_vec()],
+            chain: vec![issued.der, pki.node_ca_der().to_vec()],
             deferral: None,
             trust: None,
         };
-        let response = self
-            .pki
-            .sign_response(body, cert.now)
-            .map_err(failed("sign"))?;
+        let response = pki.sign_response(body, cert.now).map_err(failed("sign"))?;
         Ok((response, issued.serial_hex))
     }
 

@@ -211,7 +211,7 @@ impl JoinService {
         // only until its window ends.
         if let Err(refusal) = check(&cert, node.as_ref(), now)
             .and_then(|()| {
-                self.pki
+                self.pki()
                     .check_issuer(leaf, now)
                     .map_err(|_| RenewRefusal::RetiredCa)
             })

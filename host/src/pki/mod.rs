@@ -14,6 +14,7 @@ mod csr;
 mod dev_tls;
 pub mod identity;
 mod issue;
+mod live;
 pub mod native;
 mod publish;
 mod response;
@@ -38,6 +39,7 @@ pub use csr::{CsrError, MAX_CSR_LEN, VerifiedCsr, verify_csr};
 pub use dev_tls::{DevTls, dev_tls};
 pub use identity::{IdentityError, spiffe_node_id};
 pub use issue::{IssueError, IssueRequest, IssuedCert, MAX_URIS, STATEMENT_PREFIX};
+pub use live::{LivePki, ReplaceError};
 pub use publish::{CrlEntry, SpiffeBundle, SpiffeJwk, pem_block};
 pub use rcgen::RevocationReason;
 pub use rotation::{IssuerError, KeyKind, OpenError, RotationError};
@@ -81,8 +83,9 @@ impl From<rcgen::Error> for PkiError {
 
 /// The loaded PKI bundle: everything the JoinService signs, issues, opens and seals with.
 ///
-/// It is shared read-only (`Arc<Pki>`) by every join; nothing in it changes after loading,
-/// though which of its keys are live depends on the time (see [`rotation`]). `Debug` shows
+/// It is shared read-only (`Arc<Pki>`, through [`LivePki`]) by every join; nothing in it
+/// changes after loading, though which of its keys are live depends on the time (see
+/// [`rotation`]). A rotated bundle replaces it whole. `Debug` shows
 /// only public parts.
 pub struct Pki {
     trust_domain: String,

@@ -288,7 +288,9 @@ pub fn cmdline_file_name(mac: &str) -> String {
 pub struct SiteLoop {
     /// The host's URL.
     pub server: String,
-    /// The pinned trust.
+    /// The pinned trust. Only its TLS CA is used (the site API's answers are not signed), and
+    /// a key rotation never changes that: the keys a rotation changes are taken, and stored
+    /// beside the identity, by the `gatehouse-agent run` that keeps this identity renewed.
     pub trust: JoinTrust,
     /// The site node's identity directory (kept renewed by `gatehouse-agent run`).
     pub dir: std::path::PathBuf,
