@@ -523,6 +523,164 @@ fn nv_fill_is_cut_but_other_trailing_bytes_refused() {
     ));
 }
 
+/// Intel PTT (firmware TPM) EKs certified by Intel's EK service, under Intel's "TPM EK root
+/// cert signing" root (in Microsoft's TrustedTpm.cab, not in the vendor bundle above), each with
+/// its platform's intermediate as the TPM sends it. The GLK certificate names its issuer with one
+/// space where the intermediate's subject has two: the same name under RFC 5280.
+#[test]
+fn real_intel_ptt_ek_certificates_verify_under_intels_ek_root() {
+    let root = include_bytes!("../../../../tests/vectors/tpm/ca/intel-ek-root.der").to_vec();
+    let spt = x509_parser::pem::Pem::iter_from_buffer(include_bytes!(
+        "../../../../tests/vectors/tpm/ek/intel-ptt-spt-rsa.pem"
+    ))
+    .next()
+    .unwrap()
+    .unwrap()
+    .contents;
+    for (name, cert, intermediate) in [
+        (
+            "Intel PTT SPT RSA",
+            spt,
+            &include_bytes!("../../../../tests/vectors/tpm/ca/intel-ek-intermediate-spth.der")[..],
+        ),
+        (
+            "Intel PTT GLK ECC P-256",
+            include_bytes!("../../../../tests/vectors/tpm/ek/intel-ptt-glk-ecc-p256.der").to_vec(),
+            &include_bytes!("../../../../tests/vectors/tpm/ca/intel-ek-intermediate-glk.der")[..],
+        ),
+    ] {
+        let ek = ek_public_of(&cert);
+        let chain = [intermediate.to_vec()];
+        native::verify_ek(&ek, &cert, &chain, std::slice::from_ref(&root), REAL_AT)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Without Intel's root configured, the vendor bundle alone does not admit it.
+        assert!(
+            matches!(
+                native::verify_ek(&ek, &cert, &chain, &vendor_bundle(), REAL_AT),
+                Err(EkError::Chain(_))
+            ),
+            "{name}: bundle only"
+        );
+        // One byte of the signature changed.
+        let mut tampered = cert.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 0x01;
+        assert!(
+            matches!(
+                native::verify_ek(&ek, &tampered, &chain, std::slice::from_ref(&root), REAL_AT),
+                Err(EkError::Chain(_))
+            ),
+            "{name}: tampered"
+        );
+    }
+}
+
+// --- real quotes (tests/vectors/tpm/quote, see tests/vectors/tpm/PROVENANCE.md) -------------
+
+/// A `pcrs.txt` vector ("index hex" lines) as the bank `hash_alg`'s values.
+fn real_pcrs(text: &str, hash_alg: u16) -> Vec<PcrValue> {
+    text.lines()
+        .map(|line| {
+            let (index, hex_value) = line.split_once(' ').unwrap();
+            PcrValue {
+                hash_alg,
+                index: index.parse().unwrap(),
+                digest: hex::decode(hex_value.trim()).unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// A Google Compute Engine Shielded VM's vTPM quoted PCRs 0-23 of each of its three banks for
+/// the nonce `90 09`, signed RSASSA-SHA256 by its AK: each verifies through what the `tpm`
+/// import's `verify-quote` calls, and each change of the quote, the nonce, a PCR value or the
+/// signature is refused.
+#[test]
+fn real_gce_vtpm_quotes_verify_and_any_change_is_refused() {
+    let ak = include_bytes!("../../../../tests/vectors/tpm/quote/gce-cos85.akpub.bin");
+    let nonce = [0x90, 0x09];
+    for (bank, hash_alg, quote, signature, pcrs) in [
+        (
+            "SHA-1 bank",
+            HashAlg::Sha1.id(),
+            &include_bytes!("../../../../tests/vectors/tpm/quote/gce-cos85.sha1.attest.bin")[..],
+            &include_bytes!("../../../../tests/vectors/tpm/quote/gce-cos85.sha1.sig.bin")[..],
+            include_str!("../../../../tests/vectors/tpm/quote/gce-cos85.sha1.pcrs.txt"),
+        ),
+        (
+            "SHA-256 bank",
+            HashAlg::Sha256.id(),
+            &include_bytes!("../../../../tests/vectors/tpm/quote/gce-cos85.sha256.attest.bin")[..],
+            &include_bytes!("../../../../tests/vectors/tpm/quote/gce-cos85.sha256.sig.bin")[..],
+            include_str!("../../../../tests/vectors/tpm/quote/gce-cos85.sha256.pcrs.txt"),
+        ),
+        (
+            "SHA-384 bank",
+            HashAlg::Sha384.id(),
+            &include_bytes!("../../../../tests/vectors/tpm/quote/gce-cos85.sha384.attest.bin")[..],
+            &include_bytes!("../../../../tests/vectors/tpm/quote/gce-cos85.sha384.sig.bin")[..],
+            include_str!("../../../../tests/vectors/tpm/quote/gce-cos85.sha384.pcrs.txt"),
+        ),
+    ] {
+        let pcrs = real_pcrs(pcrs, hash_alg);
+        assert_eq!(pcrs.len(), 24, "{bank}");
+        let verify = |quote: &[u8], signature: &[u8], pcrs: &[PcrValue], nonce: &[u8]| {
+            gatehouse_tpm::verify_quote(&AwsLcVerifier, ak, quote, signature, pcrs, nonce)
+        };
+        assert_eq!(
+            verify(quote, signature, &pcrs, &nonce).unwrap_or_else(|e| panic!("{bank}: {e}")),
+            pcrs,
+            "{bank}"
+        );
+        let mut changed = quote.to_vec();
+        let last = changed.len() - 1;
+        changed[last] ^= 0x01;
+        assert_eq!(
+            verify(&changed, signature, &pcrs, &nonce),
+            Err(TpmError::BadSignature),
+            "{bank}: quote"
+        );
+        let mut changed = signature.to_vec();
+        changed[100] ^= 0x01;
+        assert_eq!(
+            verify(quote, &changed, &pcrs, &nonce),
+            Err(TpmError::BadSignature),
+            "{bank}: signature"
+        );
+        assert_eq!(
+            verify(quote, signature, &pcrs, &[0x90, 0x0a]),
+            Err(TpmError::WrongNonce),
+            "{bank}: nonce"
+        );
+        let mut changed = pcrs.clone();
+        changed[7].digest[0] ^= 0x01;
+        assert_eq!(
+            verify(quote, signature, &changed, &nonce),
+            Err(TpmError::PcrMismatch),
+            "{bank}: PCR 7"
+        );
+    }
+}
+
+/// A Windows GCE VM's real quote signed RSASSA-**SHA1** (its AK's scheme): refused, though
+/// the signature is genuine (OpenSSL verifies it, see the provenance), because the host
+/// accepts no SHA-1 signature.
+#[test]
+fn a_real_sha1_signed_quote_is_refused() {
+    let refused = gatehouse_tpm::verify_quote(
+        &AwsLcVerifier,
+        include_bytes!("../../../../tests/vectors/tpm/quote/gcp-windows-sha1.akpub.bin"),
+        include_bytes!("../../../../tests/vectors/tpm/quote/gcp-windows-sha1.attest.bin"),
+        include_bytes!("../../../../tests/vectors/tpm/quote/gcp-windows-sha1.sig.bin"),
+        &real_pcrs(
+            include_str!("../../../../tests/vectors/tpm/quote/gcp-windows-sha1.pcrs.txt"),
+            HashAlg::Sha1.id(),
+        ),
+        &[],
+    );
+    assert_eq!(refused, Err(TpmError::Unsupported("signature hash")));
+}
+
 #[test]
 fn the_intermediate_may_come_from_the_tpm_instead_of_the_configuration() {
     // Infineon's manufacturing CA sent as an intermediate; only the vendor roots configured.
