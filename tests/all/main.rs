@@ -30,6 +30,7 @@ mod renew;
 mod response;
 mod rotation;
 mod sandbox;
+mod scale;
 mod shadow;
 mod soak;
 mod third_party;
