@@ -77,21 +77,13 @@ pub(in crate::cli) async fn join_requests(
             let list: Vec<JoinRequest> = Client::new(&a.conn)?
                 .list("/v1/admin/join-requests", &query)
                 .await?;
-            if a.output.json() {
-                write_json(out, &list)?;
-            } else {
-                write_join_request_table(out, &list)?;
-            }
+            a.output.print(out, &list[..], write_join_request_table)?;
         }
         JoinRequestsCommand::Show(a) => {
             let request: JoinRequest = Client::new(&a.conn)?
                 .get(&format!("/v1/admin/join-requests/{}", a.id))
                 .await?;
-            if a.output.json() {
-                write_json(out, &request)?;
-            } else {
-                write_join_request(out, &request)?;
-            }
+            a.output.print(out, &request, write_join_request)?;
         }
         JoinRequestsCommand::Approve(a) => {
             let req = Approve {

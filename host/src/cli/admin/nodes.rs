@@ -123,21 +123,13 @@ pub(in crate::cli) async fn nodes(
             let list: Vec<Node> = Client::new(&a.conn)?
                 .list("/v1/admin/nodes", &NO_QUERY)
                 .await?;
-            if a.output.json() {
-                write_json(out, &list)?;
-            } else {
-                write_node_table(out, &list)?;
-            }
+            a.output.print(out, &list[..], write_node_table)?;
         }
         NodesCommand::Show(a) => {
             let node: NodeDetail = Client::new(&a.conn)?
                 .get(&format!("/v1/admin/nodes/{}", a.id))
                 .await?;
-            if a.output.json() {
-                write_json(out, &node)?;
-            } else {
-                write_node(out, &node)?;
-            }
+            a.output.print(out, &node, write_node)?;
         }
         NodesCommand::Cordon(a) => cordon(out, a, true).await?,
         NodesCommand::Uncordon(a) => cordon(out, a, false).await?,

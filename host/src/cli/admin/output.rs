@@ -38,6 +38,20 @@ impl OutputArgs {
     pub(in crate::cli) fn json(self) -> bool {
         self.json || self.output == Format::Json
     }
+
+    /// Prints `value`: the API's JSON with `-o json`, else what `human` writes of it.
+    pub(in crate::cli) fn print<T: Serialize + ?Sized>(
+        self,
+        out: &mut (dyn Write + Send),
+        value: &T,
+        human: impl FnOnce(&mut (dyn Write + Send), &T) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        if self.json() {
+            write_json(out, value)
+        } else {
+            human(out, value)
+        }
+    }
 }
 
 /// Aligned columns: a header and rows of cells, each column as wide as its widest cell, the

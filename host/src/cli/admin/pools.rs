@@ -130,11 +130,7 @@ pub(in crate::cli) async fn pools(
             let list: Vec<Pool> = Client::new(&a.conn)?
                 .list("/v1/admin/pools", &NO_QUERY)
                 .await?;
-            if a.output.json() {
-                write_json(out, &list)?;
-            } else {
-                write_pool_table(out, &list)?;
-            }
+            a.output.print(out, &list[..], write_pool_table)?;
         }
         PoolsCommand::Show(a) => {
             let (tenant, id) = pool_name(&a.pool)?;

@@ -170,21 +170,13 @@ pub(in crate::cli) async fn workflows(
             let list: Vec<Workflow> = Client::new(&a.conn)?
                 .list("/v1/admin/workflows", &NO_QUERY)
                 .await?;
-            if a.output.json() {
-                write_json(out, &list)?;
-            } else {
-                write_workflow_table(out, &list)?;
-            }
+            a.output.print(out, &list[..], write_workflow_table)?;
         }
         WorkflowsCommand::Show(a) => {
             let w: WorkflowDetail = Client::new(&a.conn)?
                 .get(&format!("/v1/admin/workflows/{}", a.id))
                 .await?;
-            if a.output.json() {
-                write_json(out, &w)?;
-            } else {
-                write_workflow(out, &w)?;
-            }
+            a.output.print(out, &w, write_workflow)?;
         }
         WorkflowsCommand::Complete(a) => finish(a, "complete", out).await?,
         WorkflowsCommand::Cancel(a) => finish(a, "cancel", out).await?,

@@ -121,11 +121,7 @@ pub(in crate::cli) async fn token(
             let list: Vec<Token> = Client::new(&a.conn)?
                 .list("/v1/admin/tokens", &NO_QUERY)
                 .await?;
-            if a.output.json() {
-                write_json(out, &list)?;
-            } else {
-                write_table(out, &list)?;
-            }
+            a.output.print(out, &list[..], write_table)?;
         }
         TokenCommand::Revoke(a) => {
             let revoked: RevokedToken = Client::new(&a.conn)?
