@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use gatehouse::config::SinkSection;
 use gatehouse::store::{AuditResult, EventRow, NewEvent};
-use gatehouse_agent::{JoinClient, JoinError, JoinOptions, NodeKey, TokenProducer, join};
-use gatehouse_proto::{Role, TokenString};
+use gatehouse_agent::JoinError;
+use gatehouse_proto::TokenString;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -22,17 +22,7 @@ async fn join_with(
     host: &TestHost,
     token: &TokenString,
 ) -> Result<gatehouse_agent::Joined, JoinError> {
-    let client = JoinClient::new(&host.url(), &host.trust)?;
-    let key = NodeKey::generate()?;
-    join(
-        &client,
-        &host.trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(token),
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
+    host.join_node_with(token).await.map(|(_, joined)| joined)
 }
 
 #[track_caller]

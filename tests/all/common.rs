@@ -484,6 +484,33 @@ impl TestHost {
         (exit, must(String::from_utf8(out), "CLI output"))
     }
 
+    /// A new machine (a fresh node key) joins as a node with `token`, as `gatehouse-agent
+    /// join` does: its key and the host's answer.
+    pub async fn join_node_with(
+        &self,
+        token: &TokenString,
+    ) -> Result<(gatehouse_agent::NodeKey, gatehouse_agent::Joined), gatehouse_agent::JoinError>
+    {
+        use gatehouse_agent::{JoinClient, JoinOptions, NodeKey, TokenProducer, join};
+        let key = NodeKey::generate()?;
+        let joined = join(
+            &JoinClient::new(&self.url(), &self.trust)?,
+            &self.trust,
+            &mut TokenProducer::new(gatehouse_proto::Role::Node),
+            Some(token),
+            &key,
+            &JoinOptions::default(),
+        )
+        .await?;
+        Ok((key, joined))
+    }
+
+    /// A new machine joins as a node with a fresh single-use token; panics unless admitted.
+    pub async fn join_node(&self) -> (gatehouse_agent::NodeKey, gatehouse_agent::Joined) {
+        let token = self.create_token("node", 1).await;
+        must(self.join_node_with(&token).await, "token join")
+    }
+
     /// What SIGHUP does, with the configuration unchanged (files it names may have been).
     pub async fn sighup(&mut self) -> app::Reloaded {
         self.running.reload(self.config.clone()).await

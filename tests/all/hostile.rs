@@ -8,8 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gatehouse::config::LimitsSection;
-use gatehouse_agent::{JoinClient, JoinOptions, NodeKey, TokenProducer, join};
-use gatehouse_proto::Role;
 use reqwest::Method;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -92,20 +90,7 @@ async fn closed_within(tls: &mut TlsStream<TcpStream>, limit: Duration) -> Optio
 }
 
 async fn join_once(host: &TestHost) -> String {
-    let token = host.create_token("node", 1).await;
-    let key = NodeKey::generate().unwrap();
-    let client = JoinClient::new(&host.url(), &host.trust).unwrap();
-    join(
-        &client,
-        &host.trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(&token),
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
-    .unwrap()
-    .node_id
+    host.join_node().await.1.node_id
 }
 
 async fn open_connections_reach(host: &TestHost, n: usize) {

@@ -3,8 +3,8 @@
 //! the event each writes, on SQLite and PostgreSQL.
 
 use gatehouse::store::EventRow;
-use gatehouse_agent::{JoinClient, JoinError, JoinOptions, Joined, NodeKey, TokenProducer, join};
-use gatehouse_proto::{Role, TokenString};
+use gatehouse_agent::{JoinError, Joined};
+use gatehouse_proto::TokenString;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -12,17 +12,7 @@ use crate::common::{Exit, TestHost, backends};
 
 /// Joins a new machine with `token`.
 async fn join_with(host: &TestHost, token: &TokenString) -> Result<Joined, JoinError> {
-    let client = JoinClient::new(&host.url(), &host.trust)?;
-    let key = NodeKey::generate()?;
-    join(
-        &client,
-        &host.trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(token),
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
+    host.join_node_with(token).await.map(|(_, joined)| joined)
 }
 
 /// Joins a new node with a fresh one-use token; its id.

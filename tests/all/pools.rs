@@ -6,8 +6,7 @@
 
 use gatehouse::store::{EventRow, NodeRole, NodeRow, PoolRow, TokenRow};
 use gatehouse_agent::{
-    EvidenceProducer, JoinClient, JoinError, JoinOptions, Joined, NodeKey, ProducerError,
-    TokenProducer, join,
+    EvidenceProducer, JoinClient, JoinError, JoinOptions, Joined, NodeKey, ProducerError, join,
 };
 use gatehouse_proto::x509pop::{X509popEvidence, signing_input};
 use gatehouse_proto::{Challenge, Role, TokenString};
@@ -58,16 +57,7 @@ async fn insert_pool(host: &TestHost, pool: PoolRow) {
 
 /// A token join of a new machine.
 async fn token_join(host: &TestHost, token: &TokenString) -> Result<Joined, JoinError> {
-    let client = JoinClient::new(&host.url(), &host.trust)?;
-    join(
-        &client,
-        &host.trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(token),
-        &NodeKey::generate()?,
-        &JoinOptions::default(),
-    )
-    .await
+    host.join_node_with(token).await.map(|(_, joined)| joined)
 }
 
 /// A one-use node token for `tenant`/`pool`.

@@ -91,19 +91,7 @@ async fn joined_node(host: &TestHost) -> String {
             "role": "node", "uses": 1, "ttlSeconds": 3600, "poolId": "racks",
         }))
         .await;
-    let client = JoinClient::new(&host.url(), &host.trust).unwrap();
-    let key = NodeKey::generate().unwrap();
-    let joined = join(
-        &client,
-        &host.trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(&token),
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
-    .unwrap();
-    joined.node_id
+    host.join_node_with(&token).await.unwrap().1.node_id
 }
 
 /// Starts a workflow for `node` through the CLI: the JSON answer.

@@ -23,19 +23,7 @@ struct Held {
 }
 
 async fn join_node(host: &TestHost) -> Held {
-    let token = host.create_token("node", 1).await;
-    let key = NodeKey::generate().unwrap();
-    let client = JoinClient::new(&host.url(), &host.trust).unwrap();
-    let joined = join(
-        &client,
-        &host.trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(&token),
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
-    .unwrap();
+    let (key, joined) = host.join_node().await;
     Held {
         node_id: joined.node_id,
         key,

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gatehouse::store::{NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole};
-use gatehouse_agent::{JoinClient, JoinOptions, NodeKey, RenewClient, TokenProducer, join};
-use gatehouse_proto::Role;
+use gatehouse_agent::{NodeKey, RenewClient};
 use sqlx::Connection as _;
 
 use crate::common::{Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres};
@@ -119,18 +118,7 @@ async fn scans(url: &str, database: &str) -> BTreeMap<String, (i64, i64)> {
 
 /// A machine joins with a single-use token, then renews its certificate once.
 async fn join_and_renew(host: &TestHost) {
-    let token = host.create_token("node", 1).await;
-    let key = NodeKey::generate().unwrap();
-    let joined = join(
-        &JoinClient::new(&host.url(), &host.trust).unwrap(),
-        &host.trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(&token),
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
-    .unwrap();
+    let (key, joined) = host.join_node().await;
     RenewClient::new(&host.url(), &host.trust, &key, &joined.chain)
         .unwrap()
         .renew(&host.trust, &joined.node_id, &NodeKey::generate().unwrap())
