@@ -332,8 +332,8 @@ async fn joins_per_second(
     let elapsed = started.elapsed().max(Duration::from_millis(1));
     let cpu = process_cpu().saturating_sub(cpu_before);
     anyhow::ensure!(joined == joins, "only {joined} of {joins} joins succeeded");
-    running.server.shutdown().await;
-    running.db.close().await;
+    // The whole host (its certificate sweeper too), not only the API and the database.
+    running.shutdown().await;
     let mut latencies =
         std::mem::take(&mut *latencies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
     latencies.sort();
