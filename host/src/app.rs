@@ -364,17 +364,21 @@ impl Running {
     /// Reads the PKI bundle again and puts it in place if it is a later rotation of the one
     /// loaded: its rotation count then.
     fn reload_pki(&self) -> Result<Option<u64>, String> {
-        let path = self.started.path(&self.started.pki_bundle);
-        let secret = load_secret(&self.started).map_err(|e| e.to_string())?;
-        let bundle = String::from_utf8_lossy(&read(&path).map_err(|e| e.to_string())?).into_owned();
-        let next =
-            Pki::from_bundle(&bundle, &secret).map_err(|e| format!("{}: {e}", path.display()))?;
+        let next = load_pki(&self.started).map_err(|e| e.to_string())?;
         let rotated = self.pki.replace(next).map_err(|e| e.to_string())?;
         if let Some(sequence) = rotated {
-            tracing::info!(rotation = sequence, path = %path.display(), "rotated PKI bundle in place");
+            tracing::info!(rotation = sequence, "rotated PKI bundle in place");
         }
         Ok(rotated)
     }
+}
+
+/// The PKI bundle `config` names, opened with its secret (at start, and again on SIGHUP).
+fn load_pki(config: &Config) -> Result<Pki, StartError> {
+    let secret = load_secret(config)?;
+    let path = config.path(&config.pki_bundle);
+    let bundle = String::from_utf8_lossy(&read(&path)?).into_owned();
+    Pki::from_bundle(&bundle, &secret).map_err(|source| StartError::Pki { path, source })
 }
 
 /// Starts a host: database (migrated), PKI, attestors, API.
@@ -382,16 +386,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let database_url = config.database_url()?;
     let sqlite = crate::store::Backend::from_url(&database_url)? == crate::store::Backend::Sqlite;
     let lock = data_dir::secure(&config.data_dir, sqlite)?;
-    let secret = load_secret(config)?;
-    let bundle_path = config.path(&config.pki_bundle);
-    let bundle = String::from_utf8_lossy(&read(&bundle_path)?).into_owned();
-    let pki =
-        LivePki::new(
-            Pki::from_bundle(&bundle, &secret).map_err(|source| StartError::Pki {
-                path: bundle_path,
-                source,
-            })?,
-        );
+    let pki = LivePki::new(load_pki(config)?);
     let admin_keys = Arc::new(AdminKeys::load(&config.path(&config.admin_key_file))?);
 
     let db = Db::connect(&database_url).await?;
