@@ -472,6 +472,18 @@ fn real_vendor_ek_certificates_verify_against_the_published_bundle() {
             "Infineon ECC P-256",
             &include_bytes!("../../../../tests/vectors/tpm/ek/ifx-ecc-p256.der")[..],
         ),
+        (
+            "Nuvoton NPCT6xx RSA (Root CA 1110)",
+            &include_bytes!("../../../../tests/vectors/tpm/ek/ntc-npct6xx-rsa-root1110.der")[..],
+        ),
+        (
+            "Nuvoton NPCT75x RSA (Root CA 2111)",
+            &include_bytes!("../../../../tests/vectors/tpm/ek/ntc-npct75x-rsa.der")[..],
+        ),
+        (
+            "Nuvoton NPCT75x ECC P-256 (Root CA 2111)",
+            &include_bytes!("../../../../tests/vectors/tpm/ek/ntc-npct75x-ecc-p256.der")[..],
+        ),
     ] {
         let ek = ek_public_of(cert);
         native::verify_ek(&ek, cert, &[], &roots, REAL_AT)
@@ -530,13 +542,9 @@ fn nv_fill_is_cut_but_other_trailing_bytes_refused() {
 #[test]
 fn real_intel_ptt_ek_certificates_verify_under_intels_ek_root() {
     let root = include_bytes!("../../../../tests/vectors/tpm/ca/intel-ek-root.der").to_vec();
-    let spt = x509_parser::pem::Pem::iter_from_buffer(include_bytes!(
+    let spt = pem(include_str!(
         "../../../../tests/vectors/tpm/ek/intel-ptt-spt-rsa.pem"
-    ))
-    .next()
-    .unwrap()
-    .unwrap()
-    .contents;
+    ));
     for (name, cert, intermediate) in [
         (
             "Intel PTT SPT RSA",
@@ -573,6 +581,105 @@ fn real_intel_ptt_ek_certificates_verify_under_intels_ek_root() {
             "{name}: tampered"
         );
     }
+}
+
+/// A Nuvoton NPCT6xx EK under "Nuvoton TPM Root CA 2110", a root the vendor bundle lacks. That
+/// root names itself (and the EK its issuer) with one multi-valued RDN whose SET is not in DER
+/// order (python-cryptography refuses to parse it; OpenSSL and RFC 5280 matching accept it).
+#[test]
+fn a_real_nuvoton_ek_under_a_root_outside_the_bundle_needs_that_root() {
+    let cert = include_bytes!("../../../../tests/vectors/tpm/ek/ntc-npct6xx-rsa-root2110.der");
+    let root = include_bytes!("../../../../tests/vectors/tpm/ca/ntc-root-ca-2110.der").to_vec();
+    let ek = ek_public_of(cert);
+    assert!(matches!(
+        native::verify_ek(&ek, cert, &[], &vendor_bundle(), REAL_AT),
+        Err(EkError::Chain(_))
+    ));
+    native::verify_ek(&ek, cert, &[], std::slice::from_ref(&root), REAL_AT).unwrap();
+    let mut tampered = cert.to_vec();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 0x01;
+    assert!(matches!(
+        native::verify_ek(&ek, &tampered, &[], std::slice::from_ref(&root), REAL_AT),
+        Err(EkError::Chain(_))
+    ));
+}
+
+fn pem(text: &str) -> Vec<u8> {
+    x509_parser::pem::Pem::iter_from_buffer(text.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .contents
+}
+
+/// Google Compute Engine vTPM EKs under both of Google's hierarchies. Google signs EKs and AKs
+/// with two intermediates of the same name ("EK/AK CA Intermediate") and different keys: a
+/// chain holding both must still verify (every candidate issuer is tried), and the AK one
+/// alone must not.
+#[test]
+fn real_gce_vtpm_ek_certificates_verify_under_googles_roots() {
+    let cert = pem(include_str!(
+        "../../../../tests/vectors/tpm/ek/gce-vtpm-ek-rsa.pem"
+    ));
+    let root = pem(include_str!(
+        "../../../../tests/vectors/tpm/ca/gce-ek-ak-ca-root.pem"
+    ));
+    let for_eks = pem(include_str!(
+        "../../../../tests/vectors/tpm/ca/gce-ek-ak-ca-intermediate-ek.pem"
+    ));
+    let for_aks = pem(include_str!(
+        "../../../../tests/vectors/tpm/ca/gce-ek-ak-ca-intermediate-ak.pem"
+    ));
+    let ek = ek_public_of(&cert);
+    let roots = std::slice::from_ref(&root);
+    native::verify_ek(&ek, &cert, std::slice::from_ref(&for_eks), roots, REAL_AT).unwrap();
+    native::verify_ek(
+        &ek,
+        &cert,
+        &[for_aks.clone(), for_eks.clone()],
+        roots,
+        REAL_AT,
+    )
+    .expect("the right one of two same-name intermediates");
+    assert!(matches!(
+        native::verify_ek(&ek, &cert, std::slice::from_ref(&for_aks), roots, REAL_AT),
+        Err(EkError::Chain(_))
+    ));
+    let mut tampered = cert.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 0x01;
+    assert!(matches!(
+        native::verify_ek(
+            &ek,
+            &tampered,
+            std::slice::from_ref(&for_eks),
+            roots,
+            REAL_AT
+        ),
+        Err(EkError::Chain(_))
+    ));
+
+    // The older hierarchy: an EK of a "tpm_ek_v1_cloud_host" signer, under tpm_ek_root_1.
+    let v1 = include_bytes!("../../../../tests/vectors/tpm/ek/gce-vtpm-ek-rsa-v1.der");
+    let root_1 =
+        include_bytes!("../../../../tests/vectors/tpm/quote/gce-tpm-ek-root-1.der").to_vec();
+    let intermediate_3 = pem(include_str!(
+        "../../../../tests/vectors/tpm/ca/gce-tpm-ek-intermediate-3.pem"
+    ));
+    let ek = ek_public_of(v1);
+    native::verify_ek(
+        &ek,
+        v1,
+        std::slice::from_ref(&intermediate_3),
+        std::slice::from_ref(&root_1),
+        REAL_AT,
+    )
+    .unwrap();
+    assert!(matches!(
+        native::verify_ek(&ek, v1, &[], std::slice::from_ref(&root_1), REAL_AT),
+        Err(EkError::Chain(_))
+    ));
 }
 
 // --- real quotes (tests/vectors/tpm/quote, see tests/vectors/tpm/PROVENANCE.md) -------------
