@@ -29,6 +29,14 @@ const READ_CONNECTIONS: u32 = 8;
 /// busy handler, which polls with sleeps of up to 100 ms, instead of in the pool's fair queue.
 const SQLITE_CONNECTIONS: u32 = 1;
 
+/// A pooled connection idle longer than this is pinged before it is handed out. sqlx pings on
+/// every acquire by default, one round trip (on SQLite a hop to its worker thread) before each
+/// transaction and each attestor read; a connection in steady use was pinged when it was last
+/// released, so only one that sat idle (across a database restart, say) is worth the check. A
+/// connection that died meanwhile fails its first statement instead: a storage error, which a
+/// join answers as retryable.
+const PING_IF_IDLE: Duration = Duration::from_secs(1);
+
 /// Set on every new SQLite connection. WAL lets readers of other processes (the CLI) run
 /// beside the writer; `synchronous` stays FULL so a committed token use or certificate row
 /// survives a power loss.
@@ -85,6 +93,8 @@ pub struct Db {
     backend: Backend,
     /// SQLite's commit batches over its one write connection ([`super::group`]).
     group: Option<Arc<GroupCommit>>,
+    /// The runtime the pools were made on (the host's), where [`Db::read`] acquires.
+    home: Option<tokio::runtime::Handle>,
 }
 
 impl Db {
@@ -94,7 +104,7 @@ impl Db {
     pub async fn connect(url: &str) -> Result<Db, StoreError> {
         sqlx::any::install_default_drivers();
         let backend = Backend::from_url(url)?;
-        let options = AnyPoolOptions::new().acquire_timeout(WAIT);
+        let options = pinged_if_idle(AnyPoolOptions::new().acquire_timeout(WAIT));
         let options = match backend {
             Backend::Sqlite => {
                 options
@@ -117,7 +127,7 @@ impl Db {
             Backend::Sqlite => SQLITE_READ_PRAGMAS,
             Backend::Postgres => POSTGRES_READ_SETTINGS,
         };
-        let reads = AnyPoolOptions::new()
+        let reads = pinged_if_idle(AnyPoolOptions::new())
             .acquire_timeout(WAIT)
             .max_connections(READ_CONNECTIONS)
             .after_connect(move |conn, _meta| {
@@ -134,6 +144,7 @@ impl Db {
             reads,
             backend,
             group,
+            home: tokio::runtime::Handle::try_current().ok(),
         })
     }
 
@@ -161,8 +172,23 @@ impl Db {
     /// own autocommit transaction: no lock is held between them, and none at all on SQLite
     /// (WAL readers do not block the writer). What a running attestor reads goes through
     /// here, so guest time never holds the write lock; see [`crate::imports`].
+    ///
+    /// The connection is acquired on the host's runtime, whichever runtime asks: a running
+    /// attestor asks from its guest thread's own runtime, and a connection the pool opened
+    /// there would register its socket with that runtime's I/O driver and break when a reload
+    /// retires that attestor's version and shuts its runtime down ("a Tokio context … is being
+    /// shutdown", a storage error for whichever join used it next). Statements on it may then
+    /// run from any runtime.
     pub async fn read(&self) -> Result<Tx, StoreError> {
-        Tx::autocommit(&self.reads, self.backend).await
+        let (reads, backend) = (self.reads.clone(), self.backend);
+        let acquire = async move { Tx::autocommit(&reads, backend).await };
+        match &self.home {
+            Some(home) => home
+                .spawn(acquire)
+                .await
+                .map_err(|_| StoreError::Query(sqlx::Error::PoolClosed))?,
+            None => acquire.await,
+        }
     }
 
     /// Closes every connection, waiting for checked-out ones to come back.
@@ -182,6 +208,20 @@ impl Db {
     pub(super) fn pool(&self) -> &AnyPool {
         &self.pool
     }
+}
+
+/// `options` with sqlx's ping on every acquire replaced by one only after [`PING_IF_IDLE`].
+fn pinged_if_idle(options: AnyPoolOptions) -> AnyPoolOptions {
+    options
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > PING_IF_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// The URL [`Db::connect`] takes for a SQLite file at `path`, created if missing. Characters
