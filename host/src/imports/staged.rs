@@ -199,9 +199,51 @@ impl Staged {
         effects: &mut Effects,
         apply: Apply,
     ) -> Result<(), Settle> {
-        tx.lock_rows(&self.locks()).await?;
         effects.locked_tokens.clear();
-        for read in &self.reads {
+        let locks = self.locks();
+        let read_tokens: BTreeSet<&str> = self
+            .reads
+            .iter()
+            .filter_map(|r| match r {
+                Read::Token(id, _) => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let every_token_read = locks.iter().all(|lock| match lock {
+            RowLock::Token(id) => read_tokens.contains(id.as_str()),
+            _ => true,
+        });
+        // Tokens head the lock order, and re-reading a token locks it (`FOR UPDATE`): when the
+        // guest read every token the round locks, those re-reads, in id order, take the token
+        // locks, and only the other rows are locked after them. One statement fewer per token
+        // (a token join locks nothing else), in the same order as `lock_rows` alone.
+        let mut replayed = vec![false; self.reads.len()];
+        if every_token_read {
+            let mut tokens: Vec<(usize, &Read)> = self
+                .reads
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| matches!(r, Read::Token(..)))
+                .collect();
+            tokens.sort_by_key(|(_, r)| match r {
+                Read::Token(id, _) => id.as_str(),
+                _ => "",
+            });
+            for (i, read) in tokens {
+                if !self.replay(tx, read, effects).await? {
+                    return Err(Settle::Conflict(read.what()));
+                }
+                replayed[i] = true;
+            }
+            let others: Vec<RowLock> = locks
+                .into_iter()
+                .filter(|lock| !matches!(lock, RowLock::Token(_)))
+                .collect();
+            tx.lock_rows(&others).await?;
+        } else {
+            tx.lock_rows(&locks).await?;
+        }
+        for (read, _) in self.reads.iter().zip(&replayed).filter(|(_, done)| !**done) {
             if !self.replay(tx, read, effects).await? {
                 return Err(Settle::Conflict(read.what()));
             }

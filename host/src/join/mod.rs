@@ -786,7 +786,7 @@ impl JoinService {
             Some(id) => tx.node(id).await.map_err(storage("node"))?,
             None => None,
         };
-        let (node_id, generation) = match (&placement.node_id, &existing) {
+        let (node_id, generation, new_node) = match (&placement.node_id, &existing) {
             (Some(id), Some(existing)) => {
                 // Re-key in place: a new identity generation; every older certificate revoked.
                 let generation = existing.identity_generation + 1;
@@ -811,7 +811,7 @@ impl JoinService {
                         .await
                         .map_err(storage("hardware key"))?;
                 }
-                (id.clone(), generation)
+                (id.clone(), generation, false)
             }
             _ => {
                 let id = new_id("node_");
@@ -827,7 +827,7 @@ impl JoinService {
                 })
                 .await
                 .map_err(storage("insert node"))?;
-                (id, 1)
+                (id, 1, true)
             }
         };
         round.node_id = Some(node_id.clone());
@@ -875,6 +875,7 @@ impl JoinService {
                     statements: &statements,
                     shorter_ttl_seconds: result.cert_ttl_seconds,
                     now,
+                    new_node,
                 },
                 request.csr,
             )
@@ -902,6 +903,7 @@ impl JoinService {
         csr: &VerifiedCsr,
     ) -> Result<(JoinResponse, String), Stop> {
         if self.settings.node_issue_interval_ms > 0
+            && !cert.new_node
             && let Some(last) = tx
                 .newest_node_cert_at(cert.node_id)
                 .await
@@ -1180,6 +1182,9 @@ struct Issue<'a> {
     shorter_ttl_seconds: Option<u32>,
     /// Database time.
     now: i64,
+    /// The node row was inserted in this transaction: it has no certificate yet, so none was
+    /// issued to it recently ([`JoinSettings::node_issue_interval_ms`]).
+    new_node: bool,
 }
 
 /// The role a join's certificate carries: the requested one, except that a lessee's

@@ -212,7 +212,7 @@ pub(super) async fn write_at(
             fields.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
-    tx.insert_audit(&NewAudit {
+    let audit = NewAudit {
         at,
         attestor: round.attestor.clone(),
         round: u32::from(round.round),
@@ -224,9 +224,8 @@ pub(super) async fn write_at(
         node_key: Some(node_key.to_owned()),
         csr_sha256: round.csr_sha256,
         client_addr: round.client.addr.map(|a| a.to_string()),
-    })
-    .await?;
-    tx.insert_event(&NewEvent {
+    };
+    let event = NewEvent {
         at,
         kind: decision.event_kind(round.op).to_owned(),
         tenant_id: round.tenant_id.clone(),
@@ -235,9 +234,8 @@ pub(super) async fn write_at(
         reason: decision.reason.clone(),
         token_id: round.token_id.clone(),
         payload,
-    })
-    .await?;
-    Ok(())
+    };
+    tx.insert_audit_and_event(&audit, &event).await
 }
 
 /// A shadow attestor's verdict on a round: an audit row of its own (attestor: the shadow's

@@ -237,6 +237,7 @@ impl JoinService {
                     statements: &cert.statements,
                     shorter_ttl_seconds: renewal_ttl_seconds(&cert),
                     now,
+                    new_node: false,
                 },
                 csr,
             )

@@ -62,6 +62,24 @@ fn audit(row: &AnyRow) -> Result<AuditRow, StoreError> {
     })
 }
 
+/// `q` with an audit record's eleven columns bound as `$1` to `$11`.
+fn bind_audit<'q>(
+    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    a: &'q NewAudit,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    q.bind(a.at)
+        .bind(&a.attestor)
+        .bind(i64::from(a.round))
+        .bind(a.result.as_str())
+        .bind(&a.reason)
+        .bind(&a.node_id)
+        .bind(&a.token_id)
+        .bind(&a.subject)
+        .bind(&a.node_key)
+        .bind(a.csr_sha256.as_ref().map(|d| &d[..]))
+        .bind(&a.client_addr)
+}
+
 impl Tx {
     /// Appends an event the host raised on its own (no actor); its id.
     pub async fn insert_event(&mut self, e: &NewEvent) -> Result<i64, StoreError> {
@@ -91,25 +109,47 @@ impl Tx {
         Fields::new(&row, "events").i64("id")
     }
 
+    /// Appends a round's audit record and its event: on Postgres one statement (a round trip
+    /// fewer in every join's locked phase; a data-modifying `WITH` runs whether or not the
+    /// statement reads it), on SQLite two.
+    pub async fn insert_audit_and_event(
+        &mut self,
+        a: &NewAudit,
+        e: &NewEvent,
+    ) -> Result<(), StoreError> {
+        if self.backend() == super::Backend::Sqlite {
+            self.insert_audit(a).await?;
+            self.insert_event(e).await?;
+            return Ok(());
+        }
+        let q = sqlx::query(
+            "WITH audit AS (INSERT INTO audits (at, attestor, round, result, reason, node_id, \
+             token_id, subject, node_key, csr_sha256, client_addr) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id) \
+             INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
+             payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)",
+        );
+        let q = bind_audit(q, a)
+            .bind(e.at)
+            .bind(&e.kind)
+            .bind(&e.tenant_id)
+            .bind(&e.node_id)
+            .bind(&e.attestor)
+            .bind(&e.reason)
+            .bind(&e.token_id)
+            .bind(e.payload.to_string());
+        self.execute(q).await?;
+        Ok(())
+    }
+
     /// Appends an audit record; its id.
     pub async fn insert_audit(&mut self, a: &NewAudit) -> Result<i64, StoreError> {
         let q = sqlx::query(
             "INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, subject, \
              node_key, csr_sha256, client_addr) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
-        )
-        .bind(a.at)
-        .bind(&a.attestor)
-        .bind(i64::from(a.round))
-        .bind(a.result.as_str())
-        .bind(&a.reason)
-        .bind(&a.node_id)
-        .bind(&a.token_id)
-        .bind(&a.subject)
-        .bind(&a.node_key)
-        .bind(a.csr_sha256.as_ref().map(|d| &d[..]))
-        .bind(&a.client_addr);
-        let row = self.fetch_one(q).await?;
+        );
+        let row = self.fetch_one(bind_audit(q, a)).await?;
         Fields::new(&row, "audits").i64("id")
     }
 

@@ -163,7 +163,7 @@ async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
         created_at: now,
     })
     .await?;
-    tx.insert_audit(&NewAudit {
+    let audit = NewAudit {
         at: now,
         attestor: "join-token".into(),
         round: 1,
@@ -175,9 +175,8 @@ async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
         node_key: Some("unattested".into()),
         csr_sha256: Some([1; 32]),
         client_addr: None,
-    })
-    .await?;
-    tx.insert_event(&NewEvent {
+    };
+    let event = NewEvent {
         at: now,
         kind: "node.joined".into(),
         tenant_id: Some("root".into()),
@@ -186,8 +185,8 @@ async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
         reason: None,
         token_id: Some(token.to_owned()),
         payload: serde_json::json!({ "attestor": "join-token" }),
-    })
-    .await?;
+    };
+    tx.insert_audit_and_event(&audit, &event).await?;
     tx.commit().await?;
     Ok(())
 }
