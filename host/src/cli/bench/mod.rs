@@ -9,8 +9,12 @@
 //!   database's statements alone.
 //! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`: see [`attestor_call`].
 //! - `tpm_verify_us_native` / `_wasm`: see [`tpm_verify`].
+//!
+//! With `--nodes N`, every run of a backend starts from a copy of one database already holding
+//! N nodes, certificates, bindings and tokens ([`fill`]).
 
 mod attestor_call;
+mod fill;
 mod limits;
 mod memory;
 mod tpm_verify;
@@ -41,6 +45,10 @@ pub struct BenchArgs {
     /// Attestor calls measured (median reported).
     #[arg(long, default_value_t = 5000)]
     calls: usize,
+    /// Nodes (each with a certificate, a binding and a spent token) already in every run's
+    /// database: joins measured against tables of that size rather than empty ones.
+    #[arg(long, default_value_t = 0)]
+    nodes: usize,
 }
 
 pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -77,6 +85,7 @@ pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "joins": args.joins,
         "agents": args.agents,
         "calls": args.calls,
+        "nodes": args.nodes,
         "cores": cores,
     });
     println!("{line}");
@@ -100,28 +109,115 @@ enum Backend {
     Postgres { admin_url: String },
 }
 
+/// What every run's database of a backend starts as.
+enum Template {
+    /// Empty but for the schema.
+    Empty,
+    /// A copy of this filled SQLite file (in `_dir`, removed with it).
+    Sqlite {
+        path: std::path::PathBuf,
+        _dir: tempfile::TempDir,
+    },
+    /// A clone (`CREATE DATABASE … TEMPLATE`) of this filled PostgreSQL database.
+    Postgres { name: String },
+}
+
 impl Backend {
-    /// Runs `run` with a fresh database: its URL, or `None` for SQLite in the run's own
-    /// directory.
+    /// A template holding `nodes` filled nodes ([`fill`]), or [`Template::Empty`] for none.
+    async fn template(&self, nodes: usize) -> anyhow::Result<Template> {
+        if nodes == 0 {
+            return Ok(Template::Empty);
+        }
+        let filled = async |url: &str| {
+            let db = crate::store::Db::connect(url).await?;
+            db.migrate().await?;
+            let result = fill::fill(&db, nodes).await;
+            db.close().await;
+            result
+        };
+        match self {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir()?;
+                let path = dir.path().join("template.db");
+                filled(&crate::store::sqlite_url(&path)?).await?;
+                Ok(Template::Sqlite { path, _dir: dir })
+            }
+            Backend::Postgres { admin_url } => {
+                use sqlx::Connection as _;
+                let name = format!("gh_bench_tmpl_{:016x}", rand::random::<u64>());
+                let mut admin = sqlx::PgConnection::connect(admin_url).await?;
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut admin)
+                    .await?;
+                let url = postgres_url(admin_url, &name);
+                let template = Template::Postgres { name };
+                let result = async {
+                    filled(&url).await?;
+                    // Statistics, as a database this size would have: the clones copy them.
+                    let mut conn = sqlx::PgConnection::connect(&url).await?;
+                    sqlx::query("ANALYZE").execute(&mut conn).await?;
+                    conn.close().await?;
+                    anyhow::Ok(())
+                }
+                .await;
+                if let Err(e) = result {
+                    self.drop_template(template).await;
+                    return Err(e);
+                }
+                Ok(template)
+            }
+        }
+    }
+
+    /// Removes a PostgreSQL template (a SQLite one goes with its directory).
+    async fn drop_template(&self, template: Template) {
+        use sqlx::Connection as _;
+        let (Backend::Postgres { admin_url }, Template::Postgres { name }) = (self, template)
+        else {
+            return;
+        };
+        let dropped = async {
+            let mut admin = sqlx::PgConnection::connect(admin_url).await?;
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&mut admin)
+                .await?;
+            anyhow::Ok(())
+        };
+        if let Err(e) = dropped.await {
+            eprintln!("bench: could not drop the template database {name}: {e}");
+        }
+    }
+
+    /// Runs `run` with a fresh database made from `template`: its URL, or `None` for an empty
+    /// SQLite file in the run's own directory.
     async fn fresh<T>(
         &self,
+        template: &Template,
         run: impl AsyncFnOnce(Option<String>) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
         use sqlx::Connection as _;
-        let Backend::Postgres { admin_url } = self else {
-            return run(None).await;
+        let admin_url = match (self, template) {
+            (Backend::Sqlite, Template::Sqlite { path, .. }) => {
+                let dir = tempfile::tempdir()?;
+                let copy = dir.path().join("run.db");
+                std::fs::copy(path, &copy).context("copying the filled template")?;
+                return run(Some(crate::store::sqlite_url(&copy)?)).await;
+            }
+            (Backend::Sqlite, _) => return run(None).await,
+            (Backend::Postgres { admin_url }, _) => admin_url,
         };
         let name = format!("gh_bench_{:016x}", rand::random::<u64>());
         let mut admin = sqlx::PgConnection::connect(admin_url)
             .await
             .context("connecting to DATABASE_URL")?;
-        sqlx::query(&format!("CREATE DATABASE {name}"))
+        let from = match template {
+            Template::Postgres { name } => format!(" TEMPLATE {name}"),
+            _ => String::new(),
+        };
+        sqlx::query(&format!("CREATE DATABASE {name}{from}"))
             .execute(&mut admin)
             .await?;
-        let base = admin_url
-            .rsplit_once('/')
-            .map_or(admin_url.as_str(), |(b, _)| b);
-        let result = run(Some(format!("{base}/{name}"))).await;
+        let result = run(Some(postgres_url(admin_url, &name))).await;
         if let Err(e) = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .execute(&mut admin)
             .await
@@ -132,14 +228,40 @@ impl Backend {
     }
 }
 
+/// The URL of database `name` on the server `admin_url` names.
+fn postgres_url(admin_url: &str, name: &str) -> String {
+    let base = admin_url
+        .rsplit_once('/')
+        .map_or(admin_url, |(base, _)| base);
+    format!("{base}/{name}")
+}
+
 /// Every end-to-end run on one backend, and its database limit.
 async fn backend_figures(
     backend: &Backend,
     args: &BenchArgs,
     crypto_limit: f64,
 ) -> anyhow::Result<BackendFigures> {
+    let template = backend
+        .template(args.nodes)
+        .await
+        .with_context(|| format!("filling a template with {} nodes", args.nodes))?;
+    let figures = runs(backend, &template, args, crypto_limit).await;
+    backend.drop_template(template).await;
+    figures
+}
+
+/// [`backend_figures`]' runs, each on a database made from `template`.
+async fn runs(
+    backend: &Backend,
+    template: &Template,
+    args: &BenchArgs,
+    crypto_limit: f64,
+) -> anyhow::Result<BackendFigures> {
     let headline = backend
-        .fresh(async |url| joins_per_second(url, args.joins, args.agents, Tokens::Distinct).await)
+        .fresh(template, async |url| {
+            joins_per_second(url, args.joins, args.agents, Tokens::Distinct).await
+        })
         .await?;
     let mut runs = serde_json::Map::new();
     for (name, agents, tokens) in [
@@ -149,13 +271,15 @@ async fn backend_figures(
         ("shared_64", 64, Tokens::Shared),
     ] {
         let run = backend
-            .fresh(async |url| joins_per_second(url, args.joins, agents, tokens).await)
+            .fresh(template, async |url| {
+                joins_per_second(url, args.joins, agents, tokens).await
+            })
             .await
             .with_context(|| format!("the {name} run"))?;
         runs.insert(name.into(), run.json(crypto_limit));
     }
     let db_limit = backend
-        .fresh(async |url| {
+        .fresh(template, async |url| {
             let dir = tempfile::tempdir()?;
             let url = match url {
                 Some(url) => url,
@@ -251,8 +375,11 @@ async fn joins_per_second(
     let files = app::dev::prepare(dir.path(), "127.0.0.1:0")?;
     let mut config = Config::load(&files.config)?;
     config.database_url = database_url;
-    // Every agent joins from loopback: the per-source join rate would measure itself.
+    // Every agent joins from loopback, one source: its join rate and connection limits would
+    // measure themselves (64 agents at the default 64 connections per source lost a handshake
+    // now and then when a connection closed and reopened at once).
     config.limits.join_rate_per_second = 0.0;
+    config.limits.max_connections_per_source = config.limits.max_connections;
     let running = app::start(&config).await?;
     let trust: gatehouse_proto::JoinTrust =
         serde_json::from_str(&std::fs::read_to_string(&files.join_trust)?)?;

@@ -1,0 +1,93 @@
+//! `bench --nodes N`: the rows a busy deployment already holds, written once per backend into
+//! a template every run then starts from, so that joins are measured against large tables
+//! rather than empty ones.
+//!
+//! Each filled node has a live certificate and a binding, and for each there is a spent
+//! token: the four tables a token join and a renewal look rows up in. The rows are written
+//! through the host's own store (the statements production runs, not a copy of its SQL), in
+//! transactions of [`BATCH`] rows from [`WRITERS`] tasks.
+
+use anyhow::Context as _;
+
+use crate::store::{Db, NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole};
+
+/// Rows per transaction.
+const BATCH: usize = 2_000;
+
+/// Tasks writing batches at once (SQLite serialises them on its one writer).
+const WRITERS: usize = 4;
+
+/// Writes `nodes` nodes, each with a certificate, a binding and a spent token, into `db`.
+/// Ids (`node_fill_…`, `tok_fill_…`) never meet the benchmark's own.
+pub(super) async fn fill(db: &Db, nodes: usize) -> anyhow::Result<()> {
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut writers = tokio::task::JoinSet::new();
+    for _ in 0..WRITERS {
+        let (db, next) = (db.clone(), next.clone());
+        writers.spawn(async move {
+            loop {
+                let start = next.fetch_add(BATCH, std::sync::atomic::Ordering::Relaxed);
+                if start >= nodes {
+                    return anyhow::Ok(());
+                }
+                batch(&db, start..(start + BATCH).min(nodes)).await?;
+            }
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done.context("a fill task panicked")??;
+    }
+    Ok(())
+}
+
+/// One transaction's rows.
+async fn batch(db: &Db, rows: std::ops::Range<usize>) -> anyhow::Result<()> {
+    let mut tx = db.begin().await?;
+    let now = tx.now().await?;
+    for i in rows {
+        let node_id = format!("node_fill_{i:08}");
+        tx.insert_node(&NewNode {
+            id: node_id.clone(),
+            tenant_id: "root".into(),
+            pool_id: None,
+            site_id: None,
+            role: NodeRole::Node,
+            identity_generation: 1,
+            hardware_key: None,
+            created_at: now,
+        })
+        .await?;
+        // A certificate's size; unique, as rows are by their DER's hash.
+        let mut der = format!("fill {i:08}").into_bytes();
+        der.resize(600, 0x30);
+        tx.insert_node_cert(&NewNodeCert {
+            serial: format!("f{i:031x}"),
+            node_id: node_id.clone(),
+            der,
+            generation: 1,
+            role: NodeRole::Node,
+            not_before: now - 60_000,
+            not_after: now + 86_400_000,
+            statements: vec![],
+            created_at: now,
+        })
+        .await?;
+        tx.bind("fill", &format!("value-{i:08}"), &node_id).await?;
+        tx.insert_token(&NewToken {
+            id: format!("tok_fill_{i:08}"),
+            role: TokenRole::Node,
+            secret_sha256: [0; 32],
+            tenant_id: "root".into(),
+            pool_id: None,
+            site_id: None,
+            expires_at: now + 3_600_000,
+            uses: 0,
+            expect: TokenExpect::default(),
+            reclaim: false,
+            created_at: now,
+        })
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
