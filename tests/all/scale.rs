@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gatehouse::store::{NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole};
 use gatehouse_agent::{NodeKey, RenewClient};
 use sqlx::Connection as _;
 
@@ -29,60 +28,6 @@ const FILLED: [(&str, bool); 4] = [
 
 /// Joins (each then renewed once) the measured run makes.
 const JOINS: usize = 12;
-
-/// Writes [`ROWS`] nodes, each with a certificate and a binding, and as many spent tokens, in
-/// one transaction through the host's own store.
-async fn fill(host: &TestHost) {
-    let mut tx = host.running.db.begin().await.unwrap();
-    let now = tx.now().await.unwrap();
-    for i in 0..ROWS {
-        let node_id = format!("node_fill_{i:05}");
-        tx.insert_node(&NewNode {
-            id: node_id.clone(),
-            tenant_id: "root".into(),
-            pool_id: None,
-            site_id: None,
-            role: NodeRole::Node,
-            identity_generation: 1,
-            hardware_key: None,
-            created_at: now,
-        })
-        .await
-        .unwrap();
-        tx.insert_node_cert(&NewNodeCert {
-            serial: format!("{i:032x}"),
-            node_id: node_id.clone(),
-            der: format!("not a certificate {i}").into_bytes(),
-            generation: 1,
-            role: NodeRole::Node,
-            not_before: now - 60_000,
-            not_after: now + 3_600_000,
-            statements: vec![],
-            created_at: now,
-        })
-        .await
-        .unwrap();
-        tx.bind("fill", &format!("value-{i}"), &node_id)
-            .await
-            .unwrap();
-        tx.insert_token(&NewToken {
-            id: format!("tok_fill_{i:05}"),
-            role: TokenRole::Node,
-            secret_sha256: [i as u8; 32],
-            tenant_id: "root".into(),
-            pool_id: None,
-            site_id: None,
-            expires_at: now + 3_600_000,
-            uses: 0,
-            expect: TokenExpect::default(),
-            reclaim: false,
-            created_at: now,
-        })
-        .await
-        .unwrap();
-    }
-    tx.commit().await.unwrap();
-}
 
 /// Sequential and index scans so far of each user table of the database at `url`, once no
 /// other connection is open to it (a backend's counts reach the statistics when it ends).
@@ -139,7 +84,11 @@ async fn joins_and_renewals_scan_no_large_table_whole() {
     };
     // A first host migrates the database; the rows go in, then the planner's statistics.
     let host = TestHost::start_with(opts.clone()).await;
-    fill(&host).await;
+    // What `gatehouse bench --nodes` fills: each node with a certificate, a binding and a
+    // spent token, through the host's own store.
+    gatehouse::cli::bench::fill::fill(&host.running.db, ROWS)
+        .await
+        .unwrap();
     host.stop().await;
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     sqlx::query("ANALYZE").execute(&mut conn).await.unwrap();

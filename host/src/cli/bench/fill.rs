@@ -5,7 +5,8 @@
 //! Each filled node has a live certificate and a binding, and for each there is a spent
 //! token: the four tables a token join and a renewal look rows up in. The rows are written
 //! through the host's own store (the statements production runs, not a copy of its SQL), in
-//! transactions of [`BATCH`] rows from [`WRITERS`] tasks.
+//! transactions of [`BATCH`] rows from [`WRITERS`] tasks. The scale test (`tests/all/scale.rs`)
+//! fills its database with it too.
 
 use anyhow::Context as _;
 
@@ -19,7 +20,7 @@ const WRITERS: usize = 4;
 
 /// Writes `nodes` nodes, each with a certificate, a binding and a spent token, into `db`.
 /// Ids (`node_fill_…`, `tok_fill_…`) never meet the benchmark's own.
-pub(super) async fn fill(db: &Db, nodes: usize) -> anyhow::Result<()> {
+pub async fn fill(db: &Db, nodes: usize) -> anyhow::Result<()> {
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut writers = tokio::task::JoinSet::new();
     for _ in 0..WRITERS {

@@ -14,7 +14,7 @@
 //! N nodes, certificates, bindings and tokens ([`fill`]).
 
 mod attestor_call;
-mod fill;
+pub mod fill;
 mod limits;
 mod memory;
 mod tpm_verify;
