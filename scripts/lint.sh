@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Formatting and lints of all four workspaces (root, the components' `attestors/`, and the
 # third-party example's attestor and agent), as every change must pass before it lands.
-# Not part of scripts/test.sh: clippy is a second full check build of the dependency tree,
-# which CI's 90 minutes on two cores do not have room for beside the tests.
+# scripts/test.sh (and so CI) ends with it; run alone, it is a quick check before a commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
