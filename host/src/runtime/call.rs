@@ -55,6 +55,17 @@ pub struct CallOutcome<B> {
     pub session: Option<Session<B>>,
     /// Wall time of the call, instantiation included.
     pub elapsed: Duration,
+    /// Where a call's time went, for the benchmark's breakdown.
+    pub phases: CallPhases,
+}
+
+/// The parts of a call's wall time ([`CallOutcome::elapsed`] is `instantiate` plus the rest).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallPhases {
+    /// From handing the call to the attestor's guest thread until that thread first ran it.
+    pub queued: Duration,
+    /// A fresh store and instance (before `verify` is entered).
+    pub instantiate: Duration,
 }
 
 impl<B> CallOutcome<B> {
@@ -63,6 +74,7 @@ impl<B> CallOutcome<B> {
             result: Err(fault),
             session,
             elapsed: Duration::ZERO,
+            phases: CallPhases::default(),
         }
     }
 }
@@ -95,9 +107,11 @@ pub(super) async fn verify<B: TxBackend>(
         )
     });
 
+    let mut instantiated = None;
     let result = {
         let call = async {
             let instance = pre.instantiate_async(&mut store).await?;
+            instantiated = Some(started.elapsed());
             instance
                 .better_compute_attestor_verifier()
                 .call_verify(
@@ -122,6 +136,10 @@ pub(super) async fn verify<B: TxBackend>(
         tracing::info!(attestor = %id, "{line}");
     }
     let elapsed = started.elapsed();
+    let phases = CallPhases {
+        queued: Duration::ZERO,
+        instantiate: instantiated.unwrap_or(elapsed),
+    };
     let out_of_memory = store.data().limiter.denied();
     let storage_failed = |state: &CallState<B>| {
         state
@@ -138,6 +156,7 @@ pub(super) async fn verify<B: TxBackend>(
                 result: Err(Fault::Timeout),
                 session: None,
                 elapsed,
+                phases,
             }
         }
         Ok(Err(error)) => {
@@ -155,6 +174,7 @@ pub(super) async fn verify<B: TxBackend>(
                 result: Err(fault),
                 session: store.into_data().into_session(),
                 elapsed,
+                phases,
             }
         }
         Ok(Ok(outcome)) => {
@@ -181,6 +201,7 @@ pub(super) async fn verify<B: TxBackend>(
                 result,
                 session: store.into_data().into_session(),
                 elapsed,
+                phases,
             }
         }
     }

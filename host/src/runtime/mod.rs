@@ -26,7 +26,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 pub use cache::CacheError;
 pub(crate) use call::is_code;
-pub use call::{CallOutcome, Fault};
+pub use call::{CallOutcome, CallPhases, Fault};
 pub use loader::{AttestorSummary, LoadError, LoadFailure, Source};
 pub use registry::{Attestors, Change, ChangeKind, Reload};
 

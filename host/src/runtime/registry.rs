@@ -360,10 +360,13 @@ impl<B: TxBackend> Attestors<B> {
         let (timeout, memory_limit) = (self.limits.call_timeout, self.limits.memory_limit);
         // The call, and the permits it holds, run to their end on the guest threads even if
         // the join that started it is abandoned: the deadline bounds it.
+        let handed = std::time::Instant::now();
         let call = loaded.guests.spawn(async move {
-            let outcome =
+            let queued = handed.elapsed();
+            let mut outcome =
                 call::verify(&pre, &id, &config, session, &request, timeout, memory_limit).await;
             drop(permits);
+            outcome.phases.queued = queued;
             outcome
         });
         match call.await {

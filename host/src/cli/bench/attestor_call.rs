@@ -23,6 +23,14 @@ use crate::runtime::{Runtime, RuntimeConfig};
 pub(super) struct Measured {
     pub wasm_us: f64,
     pub native_us: f64,
+    /// Where a component call's time goes ([`crate::runtime::CallPhases`]): waiting for the
+    /// attestor's guest thread, a fresh store and instance, `verify` itself (the guest and the
+    /// host imports it calls), and the rest (a call share and instance slot, the spawn, the
+    /// result's way back).
+    pub wasm_queued_us: f64,
+    pub wasm_instantiate_us: f64,
+    pub wasm_verify_us: f64,
+    pub wasm_rest_us: f64,
 }
 
 const SECRET: [u8; 32] = [7; 32];
@@ -131,6 +139,12 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     let request = host_request();
 
     let mut wasm = Vec::with_capacity(iterations);
+    let (mut queued, mut instantiate, mut verify, mut rest) = (
+        Vec::with_capacity(iterations),
+        Vec::with_capacity(iterations),
+        Vec::with_capacity(iterations),
+        Vec::with_capacity(iterations),
+    );
     for i in 0..iterations + iterations / 10 {
         let session = Session::new(
             "join-token",
@@ -150,6 +164,11 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
         }
         if i >= iterations / 10 {
             wasm.push(took); // the first tenth warms caches and the pool
+            let phases = call.phases;
+            queued.push(phases.queued);
+            instantiate.push(phases.instantiate);
+            verify.push(call.elapsed.saturating_sub(phases.instantiate));
+            rest.push(took.saturating_sub(call.elapsed + phases.queued));
         }
     }
 
@@ -184,5 +203,9 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     Ok(Measured {
         wasm_us: median(wasm),
         native_us: median(native),
+        wasm_queued_us: median(queued),
+        wasm_instantiate_us: median(instantiate),
+        wasm_verify_us: median(verify),
+        wasm_rest_us: median(rest),
     })
 }

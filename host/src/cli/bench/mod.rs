@@ -7,7 +7,8 @@
 //!   shared many-use token, each with p50/p99 latency and the process's CPU per join, and the
 //!   limits they are measured against ([`limits`]): the crypto a join needs and the
 //!   database's statements alone.
-//! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`: see [`attestor_call`].
+//! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`, and where the component
+//!   call's time goes (`attestor_call_us_wasm_breakdown`): see [`attestor_call`].
 //! - `tpm_verify_us_native` / `_wasm`: see [`tpm_verify`].
 //!
 //! With `--nodes N`, every run of a backend starts from a copy of one database already holding
@@ -79,6 +80,12 @@ pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "crypto_limit_joins_per_s": round1(crypto_limit),
         "attestor_call_us_wasm": round1(calls.wasm_us),
         "attestor_call_us_native": round1(calls.native_us),
+        "attestor_call_us_wasm_breakdown": {
+            "queued": round1(calls.wasm_queued_us),
+            "instantiate": round1(calls.wasm_instantiate_us),
+            "verify": round1(calls.wasm_verify_us),
+            "rest": round1(calls.wasm_rest_us),
+        },
         "wasm_over_native": (calls.wasm_us / calls.native_us * 100.0).round() / 100.0,
         "tpm_verify_us_native": round1(tpm.native_us),
         "tpm_verify_us_wasm": round1(tpm.wasm_us),
