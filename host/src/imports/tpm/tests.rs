@@ -439,11 +439,12 @@ fn ek_public_of(certificate: &[u8]) -> Vec<u8> {
             let modulus = rsa.modulus.strip_prefix(&[0]).unwrap_or(rsa.modulus);
             rsa_ek_public(modulus)
         }
-        x509_parser::public_key::PublicKey::EC(point) => {
-            let data = point.data();
-            assert_eq!(data.len(), 65, "a P-256 point");
-            ecc_ek_public(&data[1..33], &data[33..])
-        }
+        x509_parser::public_key::PublicKey::EC(point) => match point.data() {
+            // Uncompressed points: P-256 (template L-2), P-384 (template H-3).
+            data if data.len() == 65 => ecc_ek_public(&data[1..33], &data[33..]),
+            data if data.len() == 97 => ecc_p384_ek_public(&data[1..49], &data[49..]),
+            data => panic!("unexpected EC point of {} bytes", data.len()),
+        },
         other => panic!("unexpected EK key {other:?}"),
     }
 }
@@ -483,6 +484,12 @@ fn real_vendor_ek_certificates_verify_against_the_published_bundle() {
         (
             "Nuvoton NPCT75x ECC P-256 (Root CA 2111)",
             &include_bytes!("../../../../tests/vectors/tpm/ek/ntc-npct75x-ecc-p256.der")[..],
+        ),
+        (
+            // Signed with P-521 (ecdsa-with-SHA512) by "TPM 2.0 ECC CA 056", itself under the
+            // P-521 "Infineon OPTIGA(TM) ECC Root CA 2".
+            "Infineon SLB 9672 ECC P-384 (ECC Root CA 2, P-521)",
+            &include_bytes!("../../../../tests/vectors/tpm/ek/ifx-slb9672-ecc-p384.der")[..],
         ),
     ] {
         let ek = ek_public_of(cert);
