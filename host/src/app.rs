@@ -28,11 +28,6 @@ pub fn builtin_attestors() -> &'static [(&'static str, &'static [u8])] {
     BUILTIN_ATTESTORS
 }
 
-/// Components only `gatehouse bench` loads (never built in): `(crate name, wasm bytes)`.
-pub fn bench_components() -> &'static [(&'static str, &'static [u8])] {
-    BENCH_COMPONENTS
-}
-
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -86,7 +86,7 @@ async fn joins_and_renewals_scan_no_large_table_whole() {
     let host = TestHost::start_with(opts.clone()).await;
     // What `gatehouse bench --nodes` fills: each node with a certificate, a binding and a
     // spent token, through the host's own store.
-    gatehouse::cli::bench::fill::fill(&host.running.db, ROWS)
+    gatehouse_bench::fill::fill(&host.running.db, ROWS)
         .await
         .unwrap();
     host.stop().await;

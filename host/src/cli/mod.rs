@@ -2,7 +2,7 @@
 
 mod admin;
 mod attestors;
-pub mod bench;
+mod bench;
 mod pki_init;
 mod pki_rotate;
 mod pki_trust;
@@ -103,7 +103,9 @@ enum Command {
         #[command(subcommand)]
         command: attestors::Command,
     },
-    /// Measures joins and attestor calls; prints one JSON line.
+    /// Measures joins and attestor calls; prints one JSON line. Runs `gatehouse-bench`, a
+    /// binary of its own (beside this one, or on PATH), with the arguments given.
+    #[command(disable_help_flag = true)]
     Bench(bench::BenchArgs),
 }
 
@@ -198,6 +200,6 @@ pub async fn execute(cli: Cli, out: &mut (dyn std::io::Write + Send)) -> anyhow:
         Command::Events(args) => admin::events(args, out).await,
         Command::Audits(args) => admin::audits(args, out).await,
         Command::Attestors { command } => attestors::run(command, out).await,
-        Command::Bench(args) => bench::run(args).await,
+        Command::Bench(args) => Ok(bench::run(args).await?),
     }
 }

@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::imports::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
-use crate::runtime::bindings::transaction as host;
+use gatehouse::imports::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
+use gatehouse::runtime::bindings::transaction as host;
 
 /// Token rows, used subjects and key/value pairs; nothing else exists in it.
 #[derive(Debug, Clone, Default)]

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
-use crate::pki::{IssueRequest, Pki, verify_csr};
-use crate::store::{
+use gatehouse::pki::{IssueRequest, Pki, verify_csr};
+use gatehouse::store::{
     AuditResult, Db, NewAudit, NewEvent, NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect,
     TokenRole,
 };

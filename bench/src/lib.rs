@@ -1,4 +1,9 @@
-//! `gatehouse bench --json`: measured figures, one JSON line.
+//! `gatehouse-bench` (also run as `gatehouse bench`): measured figures, one JSON line.
+//!
+//! A crate of its own so the production `gatehouse` binary links neither the guest crates the
+//! benchmark calls natively (join-token, bench-tpm-verify), nor the SDK's test kit, nor the
+//! benchmark's component; it reaches the host through the `gatehouse` library as the
+//! integration tests do.
 //!
 //! - `token_joins_per_s_sqlite` / `_postgres`: end to end over HTTPS on loopback, `--agents`
 //!   agents at once, each with its own single-use token (agent key generation, CSR, sealing and
@@ -24,15 +29,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use clap::Args;
+use clap::Parser;
 use sha2::{Digest, Sha256};
 
-use crate::app;
-use crate::config::Config;
-use crate::store::{NewToken, TokenExpect, TokenRole};
+use gatehouse::app;
+use gatehouse::config::Config;
+use gatehouse::store::{NewToken, TokenExpect, TokenRole};
 
-/// `gatehouse bench`.
-#[derive(Debug, Args)]
+include!(concat!(env!("OUT_DIR"), "/bench_components.rs"));
+
+/// Components only the benchmark loads (never built into the host): `(crate name, wasm
+/// bytes)`.
+fn components() -> &'static [(&'static str, &'static [u8])] {
+    BENCH_COMPONENTS
+}
+
+/// Measures joins and attestor calls; prints one JSON line.
+#[derive(Debug, Parser)]
+#[command(name = "gatehouse-bench", version, about)]
 pub struct BenchArgs {
     /// Print one JSON line (the only output format; kept for scripts that pass it).
     #[arg(long)]
@@ -52,7 +66,8 @@ pub struct BenchArgs {
     nodes: usize,
 }
 
-pub(super) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+/// Runs every measurement and prints the JSON line on stdout.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let _ = args.json;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let calls = attestor_call::measure(args.calls).await?;
@@ -136,7 +151,7 @@ impl Backend {
             return Ok(Template::Empty);
         }
         let filled = async |url: &str| {
-            let db = crate::store::Db::connect(url).await?;
+            let db = gatehouse::store::Db::connect(url).await?;
             db.migrate().await?;
             let result = fill::fill(&db, nodes).await;
             db.close().await;
@@ -146,7 +161,7 @@ impl Backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir()?;
                 let path = dir.path().join("template.db");
-                filled(&crate::store::sqlite_url(&path)?).await?;
+                filled(&gatehouse::store::sqlite_url(&path)?).await?;
                 Ok(Template::Sqlite { path, _dir: dir })
             }
             Backend::Postgres { admin_url } => {
@@ -208,7 +223,7 @@ impl Backend {
                 let dir = tempfile::tempdir()?;
                 let copy = dir.path().join("run.db");
                 std::fs::copy(path, &copy).context("copying the filled template")?;
-                return run(Some(crate::store::sqlite_url(&copy)?)).await;
+                return run(Some(gatehouse::store::sqlite_url(&copy)?)).await;
             }
             (Backend::Sqlite, _) => return run(None).await,
             (Backend::Postgres { admin_url }, _) => admin_url,
@@ -290,9 +305,9 @@ async fn runs(
             let dir = tempfile::tempdir()?;
             let url = match url {
                 Some(url) => url,
-                None => crate::store::sqlite_url(&dir.path().join("limit.db"))?,
+                None => gatehouse::store::sqlite_url(&dir.path().join("limit.db"))?,
             };
-            let db = crate::store::Db::connect(&url).await?;
+            let db = gatehouse::store::Db::connect(&url).await?;
             db.migrate().await?;
             let rate = limits::database(&db, args.joins, 16).await;
             db.close().await;

@@ -10,7 +10,7 @@
 
 use anyhow::Context as _;
 
-use crate::store::{Db, NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole};
+use gatehouse::store::{Db, NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole};
 
 /// Rows per transaction.
 const BATCH: usize = 2_000;

@@ -23,12 +23,12 @@ use gatehouse_tpm::marshal::{
 };
 use gatehouse_tpm::{HashAlg, Public};
 
-use super::memory::MemoryStore;
-use crate::imports::Session;
-use crate::imports::tpm::native::AwsLcVerifier;
-use crate::pki::Pki;
-use crate::runtime::bindings::types as wit;
-use crate::runtime::{Runtime, RuntimeConfig};
+use crate::memory::MemoryStore;
+use gatehouse::imports::Session;
+use gatehouse::imports::tpm::native::AwsLcVerifier;
+use gatehouse::pki::Pki;
+use gatehouse::runtime::bindings::types as wit;
+use gatehouse::runtime::{Runtime, RuntimeConfig};
 
 /// Medians in microseconds.
 pub(super) struct Measured {
@@ -133,7 +133,7 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     let (valid, tampered) = evidence()?;
     let pki = Arc::new(Pki::generate("bench.invalid")?);
     let runtime: Runtime<MemoryStore> =
-        Runtime::load(&RuntimeConfig::default(), crate::app::bench_components())
+        Runtime::load(&RuntimeConfig::default(), crate::components())
             .await
             .context("loading the tpm-verify benchmark component")?;
     let call = |attestation: &[u8]| {

@@ -11,19 +11,19 @@ use gatehouse_attestor_join_token::JoinToken;
 use gatehouse_sdk::Attestor as _;
 use sha2::{Digest, Sha256};
 
-use super::memory::MemoryStore;
-use crate::imports::Session;
-use crate::pki::Pki;
-use crate::pki::native::NativeCrypto;
-use crate::runtime::bindings::transaction::{Token, TokenExpect};
-use crate::runtime::bindings::types::{self as wit, TokenRole};
-use crate::runtime::{Runtime, RuntimeConfig};
+use crate::memory::MemoryStore;
+use gatehouse::imports::Session;
+use gatehouse::pki::Pki;
+use gatehouse::pki::native::NativeCrypto;
+use gatehouse::runtime::bindings::transaction::{Token, TokenExpect};
+use gatehouse::runtime::bindings::types::{self as wit, TokenRole};
+use gatehouse::runtime::{Runtime, RuntimeConfig};
 
 /// Medians in microseconds.
 pub(super) struct Measured {
     pub wasm_us: f64,
     pub native_us: f64,
-    /// Where a component call's time goes ([`crate::runtime::CallPhases`]): waiting for the
+    /// Where a component call's time goes ([`gatehouse::runtime::CallPhases`]): waiting for the
     /// attestor's guest thread, a fresh store and instance, `verify` itself (the guest and the
     /// host imports it calls), and the rest (a call share and instance slot, the spawn, the
     /// result's way back).
@@ -133,7 +133,7 @@ fn median(mut samples: Vec<Duration>) -> f64 {
 pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     let pki = Arc::new(Pki::generate("bench.invalid")?);
     let runtime: Runtime<MemoryStore> =
-        Runtime::load(&RuntimeConfig::default(), crate::app::builtin_attestors())
+        Runtime::load(&RuntimeConfig::default(), gatehouse::app::builtin_attestors())
             .await
             .context("loading the built-in attestors")?;
     let request = host_request();

@@ -1,0 +1,15 @@
+//! The `gatehouse-bench` binary (`gatehouse bench` runs it).
+
+use clap::Parser as _;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = gatehouse_bench::BenchArgs::parse();
+    match gatehouse_bench::run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gatehouse-bench: {}", gatehouse::cli::report(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
