@@ -202,6 +202,37 @@ mod fixtures {
         host.stop().await;
     }
 
+    /// A prepared configuration (WIT 0.2.1's `prepared`): `verify` starts from what
+    /// `configure` kept, may not keep anything itself (which would carry state from one join
+    /// to the next), the 1 MiB limit holds, and after a reload that changes the configuration
+    /// `verify` starts from the new configuration's form, never the old one's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn prepared() {
+        const ID: &str = "prepared";
+        let host = TestHost::start_with(HostOptions {
+            attestors: vec![PathBuf::from(gatehouse_test_artifacts::PREPARED)],
+            attestor_config: vec![(ID.into(), serde_json::json!({ "n": 1 }))],
+            ..HostOptions::new(Backend::Sqlite)
+        })
+        .await;
+        let token = host.create_token("node", 2).await;
+        let refused = join_with(&host, &mut Named(ID), &token).await;
+        assert!(matches!(refused, Err(JoinError::Denied)), "{refused:?}");
+
+        let mut config = host.config.clone();
+        let table: toml::Table = serde_json::from_value(serde_json::json!({ "n": 2 })).unwrap();
+        config.attestors.entry(ID.into()).or_default().config = Some(table);
+        let reload = host.running.attestors.reload_with(config.runtime()).await;
+        assert_eq!(reload.changes.len(), 1, "{:?}", reload.changes);
+        assert_eq!(reload.changes[0].kind.event_kind(), "attestor.replaced");
+        let refused = join_with(&host, &mut Named(ID), &token).await;
+        assert!(matches!(refused, Err(JoinError::Denied)), "{refused:?}");
+
+        assert_eq!(host.refusal_reasons().await, ["prepared-1", "prepared-2"]);
+        assert_eq!(uses_left(&host, &token).await, 2, "a refusal spent a use");
+        host.stop().await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn wit_major() {
         let opts = HostOptions {
@@ -217,7 +248,7 @@ mod fixtures {
         assert!(err.contains(&name), "{err}");
         assert!(
             err.contains("better-compute:attestor@1.0.0")
-                && err.contains("better-compute:attestor@0.2.0"),
+                && err.contains("better-compute:attestor@0.2.1"),
             "{err}"
         );
     }

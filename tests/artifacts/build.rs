@@ -18,6 +18,7 @@ const ATTESTORS: &[(&str, &str)] = &[
     ("JOIN_TOKEN", "gatehouse-attestor-join-token"),
     ("X509POP", "gatehouse-attestor-x509pop"),
     ("TPM", "gatehouse-attestor-tpm"),
+    ("CLOUD_IID", "gatehouse-attestor-cloud-iid"),
 ];
 
 /// The example attestor's package (`examples/attestor`) and its machine side's

@@ -1,11 +1,11 @@
 //! The configuration (the JSON form of `[attestors.cloud-iid] config`): providers, their keys
 //! and certificates (inline, never fetched), and the resolver.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 
 use gatehouse_proto::cloud_iid::Provider;
 use gatehouse_sdk::JoinRole;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::jwt::KeySet;
 use crate::pkcs7::Trusted;
@@ -101,7 +101,7 @@ struct RawEntry {
 }
 
 /// A provider whose documents are PKCS#7 SignedData (AWS, Azure).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Signed {
     /// The signing certificates, or CAs of them.
     pub trusted: Trusted,
@@ -118,7 +118,7 @@ pub struct Signed {
 }
 
 /// Whether Azure's attested data must carry a nonce bound to the join.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum NonceCheck {
     /// Any nonce (IMDS puts the request time there when the VM asks for none).
     #[default]
@@ -129,7 +129,7 @@ pub enum NonceCheck {
 }
 
 /// A provider whose documents are JWTs (GCP, OIDC).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
     /// The verification keys, by kid.
     pub keys: KeySet,
@@ -146,7 +146,7 @@ pub struct Tokens {
 }
 
 /// Where an account's instances join.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// The provider.
     pub provider: Provider,
@@ -159,11 +159,36 @@ pub struct Entry {
     /// The site they belong to, if any.
     pub site_id: Option<String>,
     /// The roles they may ask for.
+    #[serde(with = "role_names")]
     pub roles: Vec<JoinRole>,
 }
 
-/// The whole configuration, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// [`JoinRole`] is the WIT's type, which has no serde: roles are kept by their configuration
+/// names in the prepared form.
+mod role_names {
+    use gatehouse_sdk::JoinRole;
+    use serde::de::Error as _;
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(roles: &[JoinRole], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(roles.iter().map(|role| match role {
+            JoinRole::Node => "node",
+            JoinRole::Site => "site",
+            JoinRole::Ramdisk => "ramdisk",
+        }))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<JoinRole>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|name| super::role(name).map_err(D::Error::custom))
+            .collect()
+    }
+}
+
+/// The whole configuration, validated: also the attestor's prepared form (`prepared.keep`),
+/// encoded with postcard, so a join reads keys and certificates already decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
     /// AWS, if configured.
     pub aws: Option<Signed>,
@@ -306,7 +331,7 @@ impl Config {
                 "invalid configuration: more than {MAX_RESOLVE} resolve entries"
             ));
         }
-        let mut seen = HashSet::new();
+        let mut seen = BTreeSet::new();
         let mut resolve = Vec::with_capacity(raw.resolve.len());
         for entry in raw.resolve {
             if !crate::sane_account(&entry.account) || entry.tenant_id.is_empty() {
@@ -316,7 +341,7 @@ impl Config {
                     entry.account
                 ));
             }
-            if !seen.insert((entry.provider, entry.account.clone())) {
+            if !seen.insert((entry.provider.as_str(), entry.account.clone())) {
                 return Err(format!(
                     "invalid configuration: resolve: {} account {:?} twice",
                     entry.provider, entry.account

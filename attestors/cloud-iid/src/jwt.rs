@@ -9,12 +9,12 @@
 //! JSON objects, and refuse everything but the two algorithms below, each only with a key of
 //! its own type.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use der::Encode as _;
 use der::asn1::{BitString, ObjectIdentifier, UintRef};
 use gatehouse_sdk::{Crypto, Refusal, SignatureScheme, b64url, refuse};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
 
 use crate::codes;
@@ -27,7 +27,7 @@ pub const MAX_KEYS: usize = 64;
 /// The algorithms a token may be signed with. Anything else (`none`, every `HS*`, `PS*`,
 /// `ES384`…) is refused before a key is looked at: an `HS256` token "keyed" with a public key
 /// must never reach a verifier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Alg {
     /// RSASSA-PKCS1-v1_5 with SHA-256.
     Rs256,
@@ -54,7 +54,7 @@ impl Alg {
 
 /// A verification key from a JWKS: the algorithm it is for (by its type) and its
 /// SubjectPublicKeyInfo.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Key {
     /// The only algorithm this key verifies (RSA keys RS256, P-256 keys ES256).
     pub alg: Alg,
@@ -63,9 +63,9 @@ pub struct Key {
 }
 
 /// A configured key set, by `kid`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeySet {
-    keys: HashMap<String, Key>,
+    keys: BTreeMap<String, Key>,
 }
 
 /// One JWK, as much of it as matters.
@@ -99,7 +99,7 @@ impl KeySet {
         if jwks.keys.len() > MAX_KEYS {
             return Err(format!("more than {MAX_KEYS} keys"));
         }
-        let mut keys = HashMap::new();
+        let mut keys = BTreeMap::new();
         for jwk in jwks.keys {
             if jwk.use_.as_deref().is_some_and(|u| u != "sig") {
                 continue;

@@ -25,7 +25,7 @@ const MAX_DEPTH: usize = 32;
 const MAX_CERTS: usize = 7;
 
 /// The certificates one provider's documents are signed with (or by a CA of), DER.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Trusted {
     /// Each certificate's DER.
     pub certs: Vec<Vec<u8>>,

@@ -975,3 +975,44 @@ fn provider_settings_belong_to_their_provider() {
     config["providers"]["aws"]["signatureCertificates"] = json!(mint::pem(&[&k.aws_cert]));
     assert!(CloudIid::configure(&config.to_string()).is_ok());
 }
+
+/// The prepared form (`Attestor::prepare`, kept by the host after `configure`) is the validated
+/// configuration itself: a join that starts from it decides as one that parses the text, every
+/// provider included, and bytes that are not a whole prepared form are not read as one (the
+/// SDK then configures from the text).
+#[test]
+fn the_prepared_form_reads_back_as_the_configuration() {
+    let mut config = config_json(DEFAULT_MAX_AGE_MS);
+    config["providers"]["azure"]["nonce"] = json!("csr");
+    let configured = CloudIid::configure(&config.to_string()).unwrap();
+    assert!(configured.config.aws.is_some() && configured.config.gcp.is_some());
+    let prepared = configured.prepare();
+    let again = CloudIid::from_prepared(&prepared).expect("the prepared form reads back");
+    assert_eq!(again.config, configured.config);
+    for p in Provider::ALL {
+        let ev = evidence(p, &format!("acct-{p}"), "inst-1", NOW - MINUTE);
+        let req = request(mint::bytes(&ev));
+        if p == Provider::Azure {
+            // Bound to the node key: refused alike from either form.
+            assert_eq!(
+                run(&again, &new_tx(), &req),
+                run(&configured, &new_tx(), &req)
+            );
+            continue;
+        }
+        assert!(
+            matches!(run(&again, &new_tx(), &req), Outcome::Admitted(_)),
+            "{p}"
+        );
+    }
+    // The site role of the resolver survives the round trip.
+    assert_eq!(again.config.resolve, configured.config.resolve);
+    for bad in [
+        &[][..],
+        &prepared[..prepared.len() / 2],
+        &prepared[..prepared.len() - 1],
+        &[0xff; 64][..],
+    ] {
+        assert!(CloudIid::from_prepared(bad).is_none());
+    }
+}

@@ -10,6 +10,7 @@
 mod backend;
 mod crypto;
 mod limits;
+mod prepared;
 mod staged;
 mod store_tx;
 pub mod tpm;
@@ -24,6 +25,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub use backend::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
 pub(crate) use limits::MemoryLimiter;
+pub use prepared::MAX_PREPARED_BYTES;
+pub(crate) use prepared::Prepared;
 pub use staged::{Apply, Settle, Staged};
 
 /// The representation of the `tx` borrow every `verify` call is given.
@@ -141,6 +144,8 @@ pub struct CallState<B> {
     pub(crate) host_time: Duration,
     /// None while the host loads the component (`describe`, `configure`): no transaction then.
     pub(crate) session: Option<Session<B>>,
+    /// What the `prepared` import keeps (during `configure`) or hands out (during `verify`).
+    pub(crate) prepared: Prepared,
 }
 
 impl<B: TxBackend> CallState<B> {
@@ -162,6 +167,7 @@ impl<B: TxBackend> CallState<B> {
             stderr,
             host_time: Duration::ZERO,
             session,
+            prepared: Prepared::None,
         }
     }
 

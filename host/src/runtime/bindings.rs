@@ -13,5 +13,5 @@ wasmtime::component::bindgen!({
     additional_derives: [PartialEq],
 });
 
-pub use better_compute::attestor::{crypto, tpm, transaction, types};
+pub use better_compute::attestor::{crypto, prepared, tpm, transaction, types};
 pub use exports::better_compute::attestor::verifier;

@@ -7,8 +7,9 @@ use wasmtime::component::Resource;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Pre;
+use super::loader::Configured;
 use super::bindings::types::{AttestationResult, Deferral, JoinRequest, Outcome};
-use crate::imports::{CallState, Session, TxBackend, transaction_rep};
+use crate::imports::{CallState, Prepared, Session, TxBackend, transaction_rep};
 
 /// How long a call may take in all, host time included, before the host abandons it. The
 /// guest's own deadline is far shorter; this backstop covers a database that stops answering
@@ -82,14 +83,16 @@ impl<B> CallOutcome<B> {
 pub(super) async fn verify<B: TxBackend>(
     pre: &Pre<B>,
     id: &str,
-    config: &str,
+    config: &Configured,
     session: Session<B>,
     request: &JoinRequest,
     deadline: Duration,
     memory_limit: usize,
 ) -> CallOutcome<B> {
     let started = Instant::now();
-    let mut store = Store::new(pre.engine(), CallState::new(Some(session), memory_limit));
+    let mut state = CallState::new(Some(session), memory_limit);
+    state.prepared = Prepared::Kept(config.prepared.clone());
+    let mut store = Store::new(pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
     // Check the deadline every epoch tick and yield to the executor each tick, so a spinning
     // guest does not hold an attestor thread (see `GuestClock`).
@@ -117,7 +120,7 @@ pub(super) async fn verify<B: TxBackend>(
                 .call_verify(
                     &mut store,
                     Resource::new_borrow(transaction_rep()),
-                    config,
+                    &config.text,
                     request,
                 )
                 .await

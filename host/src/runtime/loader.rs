@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
@@ -13,7 +14,7 @@ use super::bindings::AttestorPre;
 use super::bindings::types::Info;
 use super::cache::ComponentCache;
 use super::{Pre, RuntimeConfig, WIT_PACKAGE, WIT_VERSION};
-use crate::imports::{CallState, TxBackend};
+use crate::imports::{CallState, Prepared, TxBackend};
 
 /// Where an attestor came from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -176,7 +177,24 @@ impl LoadError {
 pub(super) struct LoadedAttestor<B: TxBackend> {
     pub summary: AttestorSummary,
     pub pre: Pre<B>,
-    pub config: String,
+    pub config: Configured,
+}
+
+/// An attestor's configuration as its `configure` accepted it. Cheap to clone: every call
+/// takes one.
+#[derive(Debug, Clone)]
+pub(super) struct Configured {
+    /// The JSON text `configure` and every `verify` are given.
+    pub text: Arc<str>,
+    /// What `configure` kept of it (`prepared.keep`), handed to every `verify`.
+    pub prepared: Option<Arc<[u8]>>,
+}
+
+impl Configured {
+    /// Whether `other` is the same configuration (what was kept of it follows from the text).
+    pub fn same(&self, other: &Configured) -> bool {
+        self.text == other.text
+    }
 }
 
 // Not derived: a derive would ask for `B: Clone`, which a backend need not be.
@@ -517,22 +535,30 @@ async fn settle<B: TxBackend>(
         Some(s) if !s.config.is_null() => s.config.to_string(),
         _ => "{}".to_owned(),
     };
-    let unchanged = previous.iter().any(|p| {
+    let unchanged = previous.iter().find(|p| {
         p.summary.id == id
             && p.summary.sha256 == summary.sha256
             && p.summary.source == summary.source
-            && p.config == config_json
+            && *p.config.text == config_json
     });
-    if !unchanged {
-        if let Err(error) = configure(&pre, id, &config_json, cx.memory_limit).await {
-            return Err(fail(&summary, error));
+    let config = match unchanged {
+        Some(previous) => previous.config.clone(),
+        None => {
+            let prepared = match configure(&pre, id, &config_json, cx.memory_limit).await {
+                Ok(prepared) => prepared,
+                Err(error) => return Err(fail(&summary, error)),
+            };
+            tracing::info!(attestor = %id, version = %summary.version, source = %summary.source, sha256 = %summary.sha256, shadow_of = summary.shadow_of.as_deref().unwrap_or(""), prepared_bytes = prepared.as_ref().map_or(0, |p| p.len()), "attestor loaded");
+            Configured {
+                text: config_json.into(),
+                prepared,
+            }
         }
-        tracing::info!(attestor = %id, version = %summary.version, source = %summary.source, sha256 = %summary.sha256, shadow_of = summary.shadow_of.as_deref().unwrap_or(""), "attestor loaded");
-    }
+    };
     Ok(LoadedAttestor {
         summary,
         pre,
-        config: config_json,
+        config,
     })
 }
 
@@ -700,18 +726,20 @@ async fn describe<B: TxBackend>(pre: &Pre<B>, memory_limit: usize) -> Result<Inf
     Ok(info)
 }
 
-/// Calls `configure` once; an error refuses the attestor.
+/// Calls `configure` once; an error refuses the attestor. Returns what it kept
+/// (`prepared.keep`).
 async fn configure<B: TxBackend>(
     pre: &Pre<B>,
     id: &str,
     config: &str,
     memory_limit: usize,
-) -> Result<(), LoadError> {
+) -> Result<Option<Arc<[u8]>>, LoadError> {
     let err = |message| LoadError::Configure {
         id: id.to_owned(),
         message,
     };
     let mut store = loading_store(pre.engine(), memory_limit);
+    store.data_mut().prepared = Prepared::Configuring(None);
     let instance = pre
         .instantiate_async(&mut store)
         .await
@@ -721,7 +749,8 @@ async fn configure<B: TxBackend>(
         .call_configure(&mut store, config)
         .await
         .map_err(|e| err(format!("trapped: {e:#}")))?
-        .map_err(err)
+        .map_err(err)?;
+    Ok(store.into_data().prepared.into_kept())
 }
 
 /// A store for load-time calls: no transaction, a memory cap, and a generous deadline (a load

@@ -32,10 +32,11 @@ pub use registry::{Attestors, Change, ChangeKind, Reload};
 
 use crate::imports::{CallState, TxBackend};
 use bindings::AttestorPre;
+use loader::Configured;
 
 /// The WIT package version this host implements. A component built against another
 /// incompatible version is refused at load.
-pub const WIT_VERSION: &str = "0.2.0";
+pub const WIT_VERSION: &str = "0.2.1";
 /// The WIT package name.
 pub const WIT_PACKAGE: &str = "better-compute:attestor";
 
@@ -123,7 +124,7 @@ pub enum RuntimeError {
 struct Loaded<B: TxBackend> {
     summary: AttestorSummary,
     pre: AttestorPre<CallState<B>>,
-    config: String,
+    config: Configured,
     /// Its share of the calls: at most `max_calls_per_attestor` at once.
     calls: Arc<Semaphore>,
     /// Joins waiting for a share.
@@ -317,6 +318,8 @@ impl<B: TxBackend> Runtime<B> {
         bindings::crypto::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(RuntimeError::Linker)?;
         bindings::tpm::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(RuntimeError::Linker)?;
+        bindings::prepared::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(RuntimeError::Linker)?;
         Ok(linker)
     }

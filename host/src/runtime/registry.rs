@@ -195,7 +195,7 @@ impl<B: TxBackend> Attestors<B> {
                 o.summary.sha256 == l.summary.sha256
                     && o.summary.source == l.summary.source
                     && o.summary.shadow_of == l.summary.shadow_of
-                    && o.config == l.config
+                    && o.config.same(&l.config)
             });
             let loaded = match same {
                 Some(old) => old.clone(),

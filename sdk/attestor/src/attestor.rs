@@ -24,6 +24,14 @@ pub trait Attestor: Sized {
     /// import the `tpm` interface at all (a host without TPM support still loads it).
     const TPM: bool = false;
 
+    /// Whether `configure` prepares a binary form of the configured value
+    /// ([`prepare`](Attestor::prepare)) that every `verify` of the same configuration starts
+    /// from ([`from_prepared`](Attestor::from_prepared)) instead of parsing the configuration
+    /// text again: keys and certificates parsed once per configuration, not once per join.
+    /// Leave it `false` unless both are implemented; the component then does not import the
+    /// `prepared` interface (WIT 0.2.1) at all.
+    const PREPARED: bool = false;
+
     /// Who the attestor is: its id, version and the most rounds a join through it takes.
     fn info() -> Info;
 
@@ -31,6 +39,21 @@ pub trait Attestor: Sized {
     /// `{}` when there is none). An error refuses to load the attestor; the message is shown
     /// to the operator.
     fn configure(config: &str) -> Result<Self, String>;
+
+    /// The prepared form of a value [`configure`](Attestor::configure) returned, which the
+    /// host keeps (at most 1 MiB) when [`PREPARED`](Attestor::PREPARED) is set. Any encoding
+    /// [`from_prepared`](Attestor::from_prepared) reads back.
+    fn prepare(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// The configured value again from [`prepare`](Attestor::prepare)'s bytes, for a `verify`
+    /// of the same configuration; `None` (bytes it cannot read) configures from the text
+    /// instead.
+    fn from_prepared(bytes: &[u8]) -> Option<Self> {
+        let _ = bytes;
+        None
+    }
 
     /// Decides one join round. Everything it reads or writes through `cx.tx` is rolled back
     /// unless it admits or defers.

@@ -4,7 +4,7 @@
 
 use std::marker::PhantomData;
 
-use crate::wit::better_compute::attestor::{crypto, tpm, transaction};
+use crate::wit::better_compute::attestor::{crypto, prepared, tpm, transaction};
 use crate::wit::exports::better_compute::attestor::verifier::Guest;
 use crate::{
     Attestor, Context, Crypto, CryptoError, Info, Inventory, JoinRequest, JoinRequestRow, Lease,
@@ -22,13 +22,24 @@ impl<T: Attestor> Guest for Export<T> {
     }
 
     fn configure(config: String) -> Result<(), String> {
-        T::configure(&config).map(drop)
+        let attestor = T::configure(&config)?;
+        // `T::PREPARED` is a constant, as `T::TPM` below: a component that leaves it false
+        // never references the `prepared` imports and does not import the interface.
+        if T::PREPARED {
+            prepared::keep(&attestor.prepare())?;
+        }
+        Ok(())
     }
 
     fn verify(tx: &transaction::Tx, config: String, request: JoinRequest) -> Outcome {
-        // The host passes the text `configure` accepted at load, so this fails only if the
-        // attestor's `configure` is not deterministic; refusing is the safe answer.
-        let attestor = match T::configure(&config) {
+        let kept = if T::PREPARED {
+            prepared::kept().and_then(|bytes| T::from_prepared(&bytes))
+        } else {
+            None
+        };
+        // The host passes the text `configure` accepted at load, so configuring fails only if
+        // the attestor's `configure` is not deterministic; refusing is the safe answer.
+        let attestor = match kept.map_or_else(|| T::configure(&config), Ok) {
             Ok(attestor) => attestor,
             Err(_) => return refuse(reason::BAD_CONFIG).into(),
         };

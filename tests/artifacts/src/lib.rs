@@ -1,8 +1,8 @@
 //! The components the integration tests load, built from this workspace by `build.rs` (one
 //! nested `cargo build --target wasm32-wasip2`, see `gatehouse-build-support`).
 //!
-//! Each constant is the absolute path of a component: [`JOIN_TOKEN`] and [`X509POP`] for the
-//! built-in attestors, [`EXAMPLE_ATTESTOR`] (and the executable [`EXAMPLE_AGENT`]) for the
+//! Each constant is the absolute path of a component: [`JOIN_TOKEN`], [`X509POP`], [`TPM`] and
+//! [`CLOUD_IID`] for the built-in attestors, [`EXAMPLE_ATTESTOR`] (and the executable [`EXAMPLE_AGENT`]) for the
 //! third-party example, and one per directory in `tests/fixtures`
 //! (`tests/fixtures/loop-forever` is [`LOOP_FOREVER`]). [`foreach_fixture!`] calls a macro
 //! once per fixture, so the test crate can require a test for each:
@@ -19,6 +19,7 @@
 //!     # pub fn malformed_result() {} pub fn other_tenant() {} pub fn panic() {} pub fn wit_major() {}
 //!     # pub fn approval() {} pub fn challenge() {} pub fn kv_flood() {}
 //!     # pub fn admit_by_token_id() {} pub fn downgrade_reclaim() {} pub fn foreign_binding_kind() {}
+//!     # pub fn prepared() {}
 //!     # pub fn reclaim_any_node() {} pub fn replay_approval() {} pub fn spend_then_defer() {}
 //!     // #[test] fn loop_forever() { ... gatehouse_test_artifacts::LOOP_FOREVER ... }
 //! }

@@ -72,28 +72,41 @@ fn assert_attestor(path: &str, version: &str) -> Surface {
             || import.starts_with("wasi:cli/")
             || *import == format!("better-compute:attestor/transaction@{version}")
             || *import == format!("better-compute:attestor/crypto@{version}")
-            || *import == format!("better-compute:attestor/types@{version}");
+            || *import == format!("better-compute:attestor/types@{version}")
+            || *import == format!("better-compute:attestor/prepared@{version}");
         assert!(allowed, "{path} imports {import}");
     }
     surface
 }
 
+/// The interface an attestor that prepares its configuration imports (WIT 0.2.1).
+const PREPARED: &str = "better-compute:attestor/prepared@0.2.1";
+
 #[test]
 fn join_token() {
-    let surface = assert_attestor(crate::JOIN_TOKEN, "0.2.0");
+    let surface = assert_attestor(crate::JOIN_TOKEN, "0.2.1");
     assert!(
         surface
             .imports
-            .contains(&"better-compute:attestor/crypto@0.2.0".to_owned())
+            .contains(&"better-compute:attestor/crypto@0.2.1".to_owned())
     );
+    // It does not set `Attestor::PREPARED`: it still loads on a 0.2.0 host.
+    assert!(!surface.imports.contains(&PREPARED.to_owned()));
+}
+
+/// cloud-iid keeps its parsed configuration (`Attestor::PREPARED`), so it imports `prepared`.
+#[test]
+fn cloud_iid() {
+    let surface = assert_attestor(crate::CLOUD_IID, "0.2.1");
+    assert!(surface.imports.contains(&PREPARED.to_owned()));
 }
 
 #[test]
 fn x509pop() {
-    let surface = assert_attestor(crate::X509POP, "0.2.0");
+    let surface = assert_attestor(crate::X509POP, "0.2.1");
     for import in [
-        "better-compute:attestor/crypto@0.2.0",
-        "better-compute:attestor/transaction@0.2.0",
+        "better-compute:attestor/crypto@0.2.1",
+        "better-compute:attestor/transaction@0.2.1",
     ] {
         assert!(surface.imports.contains(&import.to_owned()), "{import}");
     }
@@ -108,7 +121,7 @@ fn tpm() {
     let surface = inspect(path);
     assert_eq!(
         surface.exports,
-        ["better-compute:attestor/verifier@0.2.0".to_owned()],
+        ["better-compute:attestor/verifier@0.2.1".to_owned()],
         "{path}"
     );
     for import in &surface.imports {
@@ -116,18 +129,18 @@ fn tpm() {
             || import.starts_with("wasi:cli/")
             || import.starts_with("wasi:random/random@")
             || [
-                "better-compute:attestor/transaction@0.2.0",
-                "better-compute:attestor/crypto@0.2.0",
-                "better-compute:attestor/types@0.2.0",
-                "better-compute:attestor/tpm@0.2.0",
+                "better-compute:attestor/transaction@0.2.1",
+                "better-compute:attestor/crypto@0.2.1",
+                "better-compute:attestor/types@0.2.1",
+                "better-compute:attestor/tpm@0.2.1",
             ]
             .contains(&import.as_str());
         assert!(allowed, "{path} imports {import}");
     }
     for import in [
-        "better-compute:attestor/tpm@0.2.0",
-        "better-compute:attestor/crypto@0.2.0",
-        "better-compute:attestor/transaction@0.2.0",
+        "better-compute:attestor/tpm@0.2.1",
+        "better-compute:attestor/crypto@0.2.1",
+        "better-compute:attestor/transaction@0.2.1",
     ] {
         assert!(surface.imports.contains(&import.to_owned()), "{import}");
     }
@@ -136,10 +149,10 @@ fn tpm() {
 /// The third-party example is an attestor like the others: no `tpm`, no WASI beyond stdio.
 #[test]
 fn example_attestor() {
-    let surface = assert_attestor(crate::EXAMPLE_ATTESTOR, "0.2.0");
+    let surface = assert_attestor(crate::EXAMPLE_ATTESTOR, "0.2.1");
     for import in [
-        "better-compute:attestor/crypto@0.2.0",
-        "better-compute:attestor/transaction@0.2.0",
+        "better-compute:attestor/crypto@0.2.1",
+        "better-compute:attestor/transaction@0.2.1",
     ] {
         assert!(surface.imports.contains(&import.to_owned()), "{import}");
     }
@@ -195,6 +208,7 @@ macro_rules! fixture_is_a_component {
                 "malformed-result" => crate::MALFORMED_RESULT,
                 "other-tenant" => crate::OTHER_TENANT,
                 "panic" => crate::PANIC,
+                "prepared" => crate::PREPARED,
                 "reclaim-any-node" => crate::RECLAIM_ANY_NODE,
                 "replay-approval" => crate::REPLAY_APPROVAL,
                 "spend-then-defer" => crate::SPEND_THEN_DEFER,
@@ -204,7 +218,7 @@ macro_rules! fixture_is_a_component {
             let version = if name == "wit-major" {
                 "1.0.0"
             } else {
-                "0.2.0"
+                "0.2.1"
             };
             assert_attestor(path, version);
         }
