@@ -4,13 +4,14 @@
 //! in-memory transaction), both in memory so neither pays for a database.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context as _, bail, ensure};
 use gatehouse_attestor_join_token::JoinToken;
 use gatehouse_sdk::Attestor as _;
 use sha2::{Digest, Sha256};
 
+use crate::median;
 use crate::memory::MemoryStore;
 use gatehouse::imports::Session;
 use gatehouse::pki::Pki;
@@ -121,13 +122,6 @@ fn sdk_request() -> gatehouse_sdk::JoinRequest {
         },
         round: 1,
     }
-}
-
-fn median(mut samples: Vec<Duration>) -> f64 {
-    samples.sort();
-    samples
-        .get(samples.len() / 2)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
 
 pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {

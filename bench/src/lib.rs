@@ -15,11 +15,15 @@
 //! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`, and where the component
 //!   call's time goes (`attestor_call_us_wasm_breakdown`): see [`attestor_call`].
 //! - `tpm_verify_us_native` / `_wasm`: see [`tpm_verify`].
+//! - `cloud_iid_call_us_wasm`, and what its prepared configuration saves a join
+//!   (`cloud_iid_configure_us_native` vs `cloud_iid_from_prepared_us_native`): see
+//!   [`cloud_iid`].
 //!
 //! With `--nodes N`, every run of a backend starts from a copy of one database already holding
 //! N nodes, certificates, bindings and tokens ([`fill`]).
 
 mod attestor_call;
+mod cloud_iid;
 pub mod fill;
 mod limits;
 mod memory;
@@ -72,6 +76,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let calls = attestor_call::measure(args.calls).await?;
     let tpm = tpm_verify::measure(args.calls.min(2000)).await?;
+    let cloud = cloud_iid::measure(args.calls.min(2000)).await?;
     let crypto = limits::crypto(args.calls.min(2000))?;
     let crypto_limit = cores as f64 * 1e6 / (crypto.host_us + crypto.agent_us);
     let sqlite = backend_figures(&Backend::Sqlite, &args, crypto_limit)
@@ -104,6 +109,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "wasm_over_native": (calls.wasm_us / calls.native_us * 100.0).round() / 100.0,
         "tpm_verify_us_native": round1(tpm.native_us),
         "tpm_verify_us_wasm": round1(tpm.wasm_us),
+        "cloud_iid_call_us_wasm": round1(cloud.call_wasm_us),
+        "cloud_iid_configure_us_native": round1(cloud.configure_native_us),
+        "cloud_iid_from_prepared_us_native": round1(cloud.from_prepared_native_us),
+        "cloud_iid_prepared_bytes": cloud.prepared_bytes,
         "joins": args.joins,
         "agents": args.agents,
         "calls": args.calls,
@@ -326,6 +335,14 @@ async fn runs(
         headline: headline.joins_per_s,
         detail: runs.into(),
     })
+}
+
+/// The median of `samples`, in microseconds.
+fn median(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples
+        .get(samples.len() / 2)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
 
 fn round2(v: f64) -> f64 {

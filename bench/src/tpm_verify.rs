@@ -10,7 +10,7 @@
 //! and refuse a quote with one byte flipped, so a broken check cannot look fast.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context as _, bail, ensure};
 use aws_lc_rs::rand::SystemRandom;
@@ -23,6 +23,7 @@ use gatehouse_tpm::marshal::{
 };
 use gatehouse_tpm::{HashAlg, Public};
 
+use crate::median;
 use crate::memory::MemoryStore;
 use gatehouse::imports::Session;
 use gatehouse::imports::tpm::native::AwsLcVerifier;
@@ -120,13 +121,6 @@ fn request(attestation: &[u8]) -> wit::JoinRequest {
         },
         round: 1,
     }
-}
-
-fn median(mut samples: Vec<Duration>) -> f64 {
-    samples.sort();
-    samples
-        .get(samples.len() / 2)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
 
 pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
