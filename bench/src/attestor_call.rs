@@ -126,10 +126,12 @@ fn sdk_request() -> gatehouse_sdk::JoinRequest {
 
 pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     let pki = Arc::new(Pki::generate("bench.invalid")?);
-    let runtime: Runtime<MemoryStore> =
-        Runtime::load(&RuntimeConfig::default(), gatehouse::app::builtin_attestors())
-            .await
-            .context("loading the built-in attestors")?;
+    let runtime: Runtime<MemoryStore> = Runtime::load(
+        &RuntimeConfig::default(),
+        gatehouse::app::builtin_attestors(),
+    )
+    .await
+    .context("loading the built-in attestors")?;
     let request = host_request();
 
     let mut wasm = Vec::with_capacity(iterations);

@@ -52,23 +52,6 @@ fn config(providers: &mint::Providers) -> serde_json::Value {
     config
 }
 
-fn request(attestation: Vec<u8>) -> wit::JoinRequest {
-    wit::JoinRequest {
-        attestor: ID.into(),
-        role: wit::JoinRole::Node,
-        attestation,
-        token: None,
-        csr_der: vec![0x30; 300],
-        csr_sha256: vec![1; 32],
-        csr_spki_sha256: vec![2; 32],
-        claims: wit::HardwareClaims {
-            macs: vec![],
-            product_uuid: None,
-        },
-        round: 1,
-    }
-}
-
 pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     let providers = mint::Providers::new();
     let config = config(&providers);
@@ -89,7 +72,7 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
             .await
             .context("loading cloud-iid with the benchmark's configuration")?;
     let evidence = mint::bytes(&providers.gcp("bench-project", "vm-1", NOW - 60_000));
-    let request = request(evidence);
+    let request = crate::join_request(ID, evidence, vec![1; 32]);
 
     let mut wasm = Vec::with_capacity(iterations);
     for i in 0..iterations + iterations / 10 {

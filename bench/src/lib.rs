@@ -337,6 +337,30 @@ async fn runs(
     })
 }
 
+/// A first join round for `attestor` as the call benchmarks hand it to a component: the
+/// evidence, no token, a stand-in CSR of 300 bytes with hash `csr_sha256`.
+fn join_request(
+    attestor: &str,
+    attestation: Vec<u8>,
+    csr_sha256: Vec<u8>,
+) -> gatehouse::runtime::bindings::types::JoinRequest {
+    use gatehouse::runtime::bindings::types as wit;
+    wit::JoinRequest {
+        attestor: attestor.into(),
+        role: wit::JoinRole::Node,
+        attestation,
+        token: None,
+        csr_der: vec![0x30; 300],
+        csr_sha256,
+        csr_spki_sha256: vec![2; 32],
+        claims: wit::HardwareClaims {
+            macs: vec![],
+            product_uuid: None,
+        },
+        round: 1,
+    }
+}
+
 /// The median of `samples`, in microseconds.
 fn median(mut samples: Vec<Duration>) -> f64 {
     samples.sort();

@@ -106,23 +106,6 @@ fn evidence() -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
     Ok((valid, tampered))
 }
 
-fn request(attestation: &[u8]) -> wit::JoinRequest {
-    wit::JoinRequest {
-        attestor: ID.into(),
-        role: wit::JoinRole::Node,
-        attestation: attestation.to_vec(),
-        token: None,
-        csr_der: vec![0x30; 300],
-        csr_sha256: CSR_SHA256.to_vec(),
-        csr_spki_sha256: vec![2; 32],
-        claims: wit::HardwareClaims {
-            macs: vec![],
-            product_uuid: None,
-        },
-        round: 1,
-    }
-}
-
 pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     let (valid, tampered) = evidence()?;
     let pki = Arc::new(Pki::generate("bench.invalid")?);
@@ -137,7 +120,7 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
             pki.clone(),
             CSR_SHA256.to_vec(),
         );
-        let request = request(attestation);
+        let request = crate::join_request(ID, attestation.to_vec(), CSR_SHA256.to_vec());
         let runtime = &runtime;
         async move { runtime.verify(ID, session, &request).await.result }
     };

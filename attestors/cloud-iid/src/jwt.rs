@@ -2,12 +2,13 @@
 //! configuration.
 //!
 //! Parsed by hand with base64url and serde_json, and verified through the host's native
-//! `crypto.verify-signature`, rather than with a JOSE crate: the ones that verify RS256/ES256
-//! (`jsonwebtoken`, `josekit`) bring `ring`/`aws-lc` or OpenSSL, whose C and assembly do not
-//! build for wasm32-wasip2, and a pure-Rust verifier in the component would run ~10x slower
-//! than the host's aws-lc-rs. What is left is small: split three base64url parts, read two
-//! JSON objects, and refuse everything but the two algorithms below, each only with a key of
-//! its own type.
+//! `crypto.verify-signature`, rather than with a JOSE crate. `jsonwebtoken` 10 does build for
+//! wasm32-wasip2 with its `rust_crypto` provider, but then verifies RSA in the component, about
+//! 10x slower than the host's aws-lc-rs; its pluggable `CryptoProvider` is a set of plain `fn`s
+//! with no way to reach the join's `Crypto` (it would take process-global state), and its
+//! `DecodingKey` is not what the prepared configuration can keep. `josekit` needs OpenSSL. What
+//! is left is small: split three base64url parts, read two JSON objects, and refuse everything
+//! but the two algorithms below, each only with a key of its own type.
 
 use std::collections::BTreeMap;
 

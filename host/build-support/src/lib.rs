@@ -10,7 +10,8 @@
 //! output is already a component: no adapter), then copies each component into the calling
 //! build script's `OUT_DIR` and prints the `cargo:rerun-if-changed` lines that make the build
 //! script run again when a source changes. [`build_binaries`] does the same for native
-//! executables (the example's agent-side producer).
+//! executables (the example's agent-side producer). [`embed_components`] writes the table of
+//! built components a crate includes to embed them (the host's built-ins, the benchmark's).
 //!
 //! The nested cargo uses a target directory of its own for each workspace,
 //! `<outer target dir>/components/<workspace>`: sharing the outer one would deadlock on its
@@ -77,6 +78,29 @@ pub fn build_binaries(workspace: &Path, packages: &[&str]) -> Vec<Built> {
     match try_build(workspace, Kind::Binary, packages) {
         Ok(built) => built,
         Err(error) => panic!("building binaries {packages:?}: {error}"),
+    }
+}
+
+/// Writes `$OUT_DIR/<file>` for the calling crate to `include!`: the item `declaration` (for
+/// example `pub static BUILTIN_ATTESTORS`) of type `&[(&str, &[u8])]`, documented by `doc`,
+/// holding each of `built` as `(package, include_bytes!(its path))`. Meant for build scripts:
+/// it panics with the reason when the file cannot be written.
+pub fn embed_components(file: &str, declaration: &str, doc: &str, built: &[Built]) {
+    use std::fmt::Write as _;
+    let mut source = format!("/// {doc}\n{declaration}: &[(&str, &[u8])] = &[\n");
+    for component in built {
+        // `{:?}` writes a Rust string literal, escapes included.
+        let _ = writeln!(
+            source,
+            "    ({:?}, include_bytes!({:?})),",
+            component.package,
+            component.path.to_string_lossy()
+        );
+    }
+    source.push_str("];\n");
+    let path = Path::new(&std::env::var_os("OUT_DIR").unwrap_or_default()).join(file);
+    if let Err(error) = std::fs::write(&path, source) {
+        panic!("writing {}: {error}", path.display());
     }
 }
 

@@ -7,8 +7,8 @@ use wasmtime::component::Resource;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Pre;
-use super::loader::Configured;
 use super::bindings::types::{AttestationResult, Deferral, JoinRequest, Outcome};
+use super::loader::Configured;
 use crate::imports::{CallState, Prepared, Session, TxBackend, transaction_rep};
 
 /// How long a call may take in all, host time included, before the host abandons it. The
