@@ -5,6 +5,9 @@ use clap::Parser as _;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = gatehouse_bench::BenchArgs::parse();
+    // The host logs every join round, as `gatehouse serve` does (GATEHOUSE_LOG quiets it): the
+    // figures include that cost, as they did when the benchmark ran inside `gatehouse`.
+    gatehouse::logging::init(gatehouse::cli::LogFormat::Text);
     match gatehouse_bench::run(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
