@@ -25,9 +25,9 @@ pub(super) struct Measured {
     pub wasm_us: f64,
     pub native_us: f64,
     /// Where a component call's time goes ([`gatehouse::runtime::CallPhases`]): waiting for the
-    /// attestor's guest thread, a fresh store and instance, `verify` itself (the guest and the
-    /// host imports it calls), and the rest (a call share and instance slot, the spawn, the
-    /// result's way back).
+    /// attestor's guest thread (zero unless the call ran a whole epoch tick and moved there), a
+    /// fresh store and instance, `verify` itself (the guest and the host imports it calls), and
+    /// the rest (a call share and instance slot, the outcome's checks).
     pub wasm_queued_us: f64,
     pub wasm_instantiate_us: f64,
     pub wasm_verify_us: f64,

@@ -455,7 +455,7 @@ impl JoinService {
 
     /// Starts the shadows of the round's attestor on the same request, each in a task of its
     /// own: the round never waits for them (a shadow runs only on a free call share and slot,
-    /// on its own guest thread, within its own deadline), their writes are buffered and
+    /// bounded as a live call is, within its own deadline), their writes are buffered and
     /// dropped, never applied, and each verdict becomes an audit row of its own
     /// ([`record::write_shadow`]). A shadow reads what is committed when it reads: usually
     /// what the live attestor read, but a round the live attestor commits first (a token it

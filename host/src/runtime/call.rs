@@ -8,6 +8,8 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Pre;
 use super::bindings::types::{AttestationResult, Deferral, JoinRequest, Outcome};
+use super::engine::EPOCH_TICK;
+use super::guest::TickYield;
 use super::loader::Configured;
 use crate::imports::{CallState, Prepared, Session, TxBackend, transaction_rep};
 
@@ -63,7 +65,8 @@ pub struct CallOutcome<B> {
 /// The parts of a call's wall time ([`CallOutcome::elapsed`] is `instantiate` plus the rest).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CallPhases {
-    /// From handing the call to the attestor's guest thread until that thread first ran it.
+    /// From the call's move to the attestor's guest thread until that thread first ran it:
+    /// zero for a call that ended on its join's thread (see [`super::guest`]).
     pub queued: Duration,
     /// A fresh store and instance (before `verify` is entered).
     pub instantiate: Duration,
@@ -80,22 +83,35 @@ impl<B> CallOutcome<B> {
     }
 }
 
+/// What bounds one call.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    /// Guest execution (see [`GuestClock`]).
+    pub deadline: Duration,
+    /// Linear memory, in bytes.
+    pub memory: usize,
+}
+
+/// Calls `verify` in a fresh store and instance. `yielded` is raised each time the call yields
+/// at an epoch tick (see [`super::guest`]).
 pub(super) async fn verify<B: TxBackend>(
     pre: &Pre<B>,
     id: &str,
     config: &Configured,
     session: Session<B>,
     request: &JoinRequest,
-    deadline: Duration,
-    memory_limit: usize,
+    bounds: Bounds,
+    yielded: TickYield,
 ) -> CallOutcome<B> {
+    let Bounds { deadline, memory } = bounds;
     let started = Instant::now();
-    let mut state = CallState::new(Some(session), memory_limit);
+    let mut state = CallState::new(Some(session), memory);
     state.prepared = Prepared::Kept(config.prepared.clone());
     let mut store = Store::new(pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
     // Check the deadline every epoch tick and yield to the executor each tick, so a spinning
-    // guest does not hold an attestor thread (see `GuestClock`).
+    // guest does not hold a thread (see `GuestClock`); the first yield also moves the call to
+    // its attestor's thread (`super::guest`).
     store.set_epoch_deadline(1);
     let resumed = ResumeMark::default();
     let mut clock = GuestClock::new(started, deadline);
@@ -103,8 +119,11 @@ pub(super) async fn verify<B: TxBackend>(
     store.epoch_deadline_callback(move |cx| {
         Ok(
             match clock.tick(Instant::now(), cx.data().host_time, mark.take()) {
-                Tick::Resumed => UpdateDeadline::Continue(1),
-                Tick::Yield => UpdateDeadline::Yield(1),
+                Tick::Resumed | Tick::Running => UpdateDeadline::Continue(1),
+                Tick::Yield => {
+                    yielded.raise();
+                    UpdateDeadline::Yield(1)
+                }
                 Tick::Expired => return Err(Trap::Interrupt.into()),
             },
         )
@@ -219,6 +238,8 @@ struct GuestClock {
     deadline: Duration,
     queued: Duration,
     yielded_at: Option<Instant>,
+    /// Guest execution when the call started or last resumed.
+    slice_from: Duration,
 }
 
 /// What a call does at an epoch tick.
@@ -228,6 +249,11 @@ enum Tick {
     /// congested executor would resume every call only to yield it at once, and none would
     /// progress.
     Resumed,
+    /// The guest has run less than a tick of its own since it started or resumed (the tick
+    /// came while it awaited a host import, or just after it started): it runs on. So only a
+    /// call that used the CPU for a whole tick yields, and so moves to its attestor's thread
+    /// (`super::guest`); an honest call a tick happens to cross does not.
+    Running,
     /// Yield to the executor, so a spinning guest does not hold the attestor's thread.
     Yield,
     /// The guest has run past its deadline.
@@ -258,6 +284,7 @@ impl GuestClock {
             deadline,
             queued: Duration::ZERO,
             yielded_at: None,
+            slice_from: Duration::ZERO,
         }
     }
 
@@ -266,10 +293,14 @@ impl GuestClock {
     fn tick(&mut self, now: Instant, host_time: Duration, resumed: Option<Instant>) -> Tick {
         if let Some(at) = self.yielded_at.take() {
             self.queued += resumed.unwrap_or(now).saturating_duration_since(at);
+            self.slice_from = self.guest(now, host_time);
             return Tick::Resumed;
         }
-        if self.guest(now, host_time) >= self.deadline {
+        let guest = self.guest(now, host_time);
+        if guest >= self.deadline {
             Tick::Expired
+        } else if guest.saturating_sub(self.slice_from) < EPOCH_TICK {
+            Tick::Running
         } else {
             self.yielded_at = Some(now);
             Tick::Yield
@@ -461,6 +492,29 @@ mod tests {
     }
 
     #[test]
+    fn only_a_whole_tick_of_guest_execution_yields() {
+        let (ms, us) = (Duration::from_millis, Duration::from_micros);
+        let t0 = Instant::now();
+        let mut clock = GuestClock::new(t0, ms(250));
+        // A tick 50 µs into a call: it runs on.
+        assert_eq!(clock.tick(t0 + us(50), ms(0), None), Tick::Running);
+        // A tick after 3 ms of which 2.9 ms awaited the database: it runs on.
+        assert_eq!(clock.tick(t0 + ms(3), us(2_900), None), Tick::Running);
+        // Once 2 ms of its own have run, it yields.
+        assert_eq!(clock.tick(t0 + ms(5), us(2_900), None), Tick::Yield);
+        // Resumed at once, it runs on for a tick of its own again.
+        assert_eq!(
+            clock.tick(t0 + ms(5) + us(10), us(2_900), Some(t0 + ms(5))),
+            Tick::Resumed
+        );
+        assert_eq!(clock.tick(t0 + ms(6), us(2_900), None), Tick::Running);
+        assert_eq!(
+            clock.tick(t0 + ms(7) + us(20), us(2_900), None),
+            Tick::Yield
+        );
+    }
+
+    #[test]
     fn a_guest_spinning_alone_expires_at_its_deadline_not_later() {
         // Uncontended, each resume is immediate: every tick of running counts, the ticks
         // after a resume included.
@@ -473,7 +527,7 @@ mod tests {
             now += ms(2);
             match clock.tick(now, ms(0), Some(yielded)) {
                 Tick::Expired => break,
-                Tick::Yield | Tick::Resumed => {}
+                Tick::Yield | Tick::Resumed | Tick::Running => {}
             }
             assert!(now - t0 < ms(300), "still running at {:?}", now - t0);
         }

@@ -11,6 +11,7 @@ pub mod bindings;
 mod cache;
 mod call;
 mod engine;
+mod guest;
 mod loader;
 mod registry;
 
@@ -27,6 +28,7 @@ use wasmtime::component::{HasSelf, Linker};
 pub use cache::CacheError;
 pub(crate) use call::is_code;
 pub use call::{CallOutcome, CallPhases, Fault};
+pub use engine::resets_in_place;
 pub use loader::{AttestorSummary, LoadError, LoadFailure, Source};
 pub use registry::{Attestors, Change, ChangeKind, Reload};
 
@@ -129,8 +131,8 @@ struct Loaded<B: TxBackend> {
     calls: Arc<Semaphore>,
     /// Joins waiting for a share.
     waiting: AtomicUsize,
-    /// The thread its guest code runs on.
-    guests: GuestThread,
+    /// The thread its calls move to once they have run a whole epoch tick.
+    guests: guest::GuestThread,
 }
 
 /// How long a join waits for a call of a busy attestor to end before it is refused.
@@ -380,50 +382,6 @@ impl<B: TxBackend> Loader<B> {
             cache: self.cache.as_ref(),
             // The engine's pool was sized for the first load's cap.
             memory_limit: self.config.memory_limit,
-        }
-    }
-}
-
-/// The thread one attestor's guest code runs on: a runtime of its own with one worker, so the
-/// operating system's scheduler shares the cores between attestors (and with the host's own
-/// threads: TLS, the database, policy, signing) rather than between calls. A looping or
-/// memory-hungry attestor, however many of its calls are in flight, then takes at most one
-/// thread's share of the CPU, and the calls of every other attestor never queue behind its
-/// turns (each call yields every epoch tick, to the other calls of its own attestor).
-/// One attestor's guest code is so bounded to one core; an honest call is tens to hundreds of
-/// microseconds, thousands of joins a second.
-struct GuestThread(Option<tokio::runtime::Runtime>);
-
-impl GuestThread {
-    fn start(attestor: &str) -> Result<Self, RuntimeError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            // Linux keeps 15 bytes of a thread's name.
-            .thread_name(format!("gh-{attestor}"))
-            .enable_all()
-            .build()
-            .map_err(RuntimeError::Threads)?;
-        Ok(Self(Some(runtime)))
-    }
-
-    fn spawn<F>(&self, call: F) -> tokio::task::JoinHandle<F::Output>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        match &self.0 {
-            Some(runtime) => runtime.spawn(call),
-            // Only between `drop` taking the runtime and the end of `drop`.
-            None => tokio::spawn(call),
-        }
-    }
-}
-
-impl Drop for GuestThread {
-    fn drop(&mut self) {
-        // Dropped from async code when the host shuts down: never block there.
-        if let Some(runtime) = self.0.take() {
-            runtime.shutdown_background();
         }
     }
 }

@@ -10,8 +10,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::loader::{LoadFailure, LoadedAttestor};
 use super::{
-    AttestorSummary, BUSY_WAIT, CallLimits, CallOutcome, Fault, GuestThread, Loaded, MAX_WAITING,
-    RuntimeError, Source, Waiting, bindings, call,
+    AttestorSummary, BUSY_WAIT, CallLimits, CallOutcome, Fault, Loaded, MAX_WAITING, RuntimeError,
+    Source, Waiting, bindings, call, guest,
 };
 use crate::imports::{Session, TxBackend};
 
@@ -216,7 +216,7 @@ impl<B: TxBackend> Attestors<B> {
                         repeated: false,
                     });
                     Arc::new(Loaded {
-                        guests: GuestThread::start(&id)?,
+                        guests: guest::GuestThread::start(&id)?,
                         summary: l.summary,
                         pre: l.pre,
                         config: l.config,
@@ -357,20 +357,30 @@ impl<B: TxBackend> Attestors<B> {
             loaded.config.clone(),
             request.clone(),
         );
-        let (timeout, memory_limit) = (self.limits.call_timeout, self.limits.memory_limit);
-        // The call, and the permits it holds, run to their end on the guest threads even if
-        // the join that started it is abandoned: the deadline bounds it.
-        let handed = std::time::Instant::now();
-        let call = loaded.guests.spawn(async move {
-            let queued = handed.elapsed();
-            let mut outcome =
-                call::verify(&pre, &id, &config, session, &request, timeout, memory_limit).await;
+        let bounds = call::Bounds {
+            deadline: self.limits.call_timeout,
+            memory: self.limits.memory_limit,
+        };
+        // The call, and the permits it holds, run to their end even if the join that started
+        // it is abandoned: the deadline bounds it.
+        let yielded = guest::TickYield::default();
+        let ticks = yielded.clone();
+        let call = async move {
+            let outcome = call::verify(&pre, &id, &config, session, &request, bounds, ticks).await;
             drop(permits);
-            outcome.phases.queued = queued;
             outcome
-        });
-        match call.await {
-            Ok(outcome) => outcome,
+        };
+        match loaded.guests.run(call, yielded).await {
+            Ok(ran) => {
+                let mut outcome = ran.output;
+                outcome.phases.queued = ran.queued;
+                // A guest that failed starts its next calls on its own thread (a storage
+                // failure is the database's, not the guest's).
+                if matches!(&outcome.result, Err(fault) if *fault != Fault::Storage) {
+                    loaded.guests.demote();
+                }
+                outcome
+            }
             Err(e) => CallOutcome::fault(Fault::Trap(format!("the call's task ended: {e}")), None),
         }
     }

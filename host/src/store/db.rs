@@ -173,12 +173,12 @@ impl Db {
     /// (WAL readers do not block the writer). What a running attestor reads goes through
     /// here, so guest time never holds the write lock; see [`crate::imports`].
     ///
-    /// The connection is acquired on the host's runtime, whichever runtime asks: a running
-    /// attestor asks from its guest thread's own runtime, and a connection the pool opened
-    /// there would register its socket with that runtime's I/O driver and break when a reload
-    /// retires that attestor's version and shuts its runtime down ("a Tokio context … is being
-    /// shutdown", a storage error for whichever join used it next). Statements on it may then
-    /// run from any runtime.
+    /// The connection is acquired on the host's runtime, whichever runtime asks: an attestor
+    /// call that has run a whole epoch tick asks from its guest thread's own runtime
+    /// (`runtime::guest`), and a connection the pool opened there would register its socket
+    /// with that runtime's I/O driver and break when a reload retires that attestor's version
+    /// and shuts its runtime down ("a Tokio context … is being shutdown", a storage error for
+    /// whichever join used it next). Statements on it may then run from any runtime.
     pub async fn read(&self) -> Result<Tx, StoreError> {
         let (reads, backend) = (self.reads.clone(), self.backend);
         let acquire = async move { Tx::autocommit(&reads, backend).await };
