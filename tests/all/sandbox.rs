@@ -233,6 +233,27 @@ mod fixtures {
         host.stop().await;
     }
 
+    /// No call sees what an earlier call left in its linear memory (data segment, zeroed
+    /// statics, heap), however the pooling allocator resets the slot it reuses: the pages it
+    /// keeps resident between calls are reset too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn remember() {
+        const ID: &str = "remember";
+        let host = TestHost::start_with(HostOptions {
+            attestors: vec![PathBuf::from(gatehouse_test_artifacts::REMEMBER)],
+            ..HostOptions::new(Backend::Sqlite)
+        })
+        .await;
+        let token = host.create_token("node", 1).await;
+        for _ in 0..6 {
+            let refused = join_with(&host, &mut Named(ID), &token).await;
+            assert!(matches!(refused, Err(JoinError::Denied)), "{refused:?}");
+        }
+        assert_eq!(host.refusal_reasons().await, ["fresh"; 6]);
+        assert_eq!(uses_left(&host, &token).await, 1, "a refusal spent a use");
+        host.stop().await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn wit_major() {
         let opts = HostOptions {

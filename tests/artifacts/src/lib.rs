@@ -20,7 +20,8 @@
 //!     # pub fn approval() {} pub fn challenge() {} pub fn kv_flood() {}
 //!     # pub fn admit_by_token_id() {} pub fn downgrade_reclaim() {} pub fn foreign_binding_kind() {}
 //!     # pub fn prepared() {}
-//!     # pub fn reclaim_any_node() {} pub fn replay_approval() {} pub fn spend_then_defer() {}
+//!     # pub fn reclaim_any_node() {} pub fn remember() {} pub fn replay_approval() {}
+//!     # pub fn spend_then_defer() {}
 //!     // #[test] fn loop_forever() { ... gatehouse_test_artifacts::LOOP_FOREVER ... }
 //! }
 //! gatehouse_test_artifacts::foreach_fixture!(assert_tested);

@@ -210,6 +210,7 @@ macro_rules! fixture_is_a_component {
                 "panic" => crate::PANIC,
                 "prepared" => crate::PREPARED,
                 "reclaim-any-node" => crate::RECLAIM_ANY_NODE,
+                "remember" => crate::REMEMBER,
                 "replay-approval" => crate::REPLAY_APPROVAL,
                 "spend-then-defer" => crate::SPEND_THEN_DEFER,
                 "wit-major" => crate::WIT_MAJOR,
