@@ -14,6 +14,9 @@
 //!   database's statements alone.
 //! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`, and where the component
 //!   call's time goes (`attestor_call_us_wasm_breakdown`): see [`attestor_call`].
+//!   `slot_reset_in_place` says whether this kernel let the pooling allocator reset a reused
+//!   slot's written pages in place ([`gatehouse::runtime::resets_in_place`]); the component
+//!   calls cost about twice as much where it did not.
 //! - `tpm_verify_us_native` / `_wasm`: see [`tpm_verify`].
 //! - `cloud_iid_call_us_wasm`, and what its prepared configuration saves a join
 //!   (`cloud_iid_configure_us_native` vs `cloud_iid_from_prepared_us_native`): see
@@ -107,6 +110,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "rest": round1(calls.wasm_rest_us),
         },
         "wasm_over_native": (calls.wasm_us / calls.native_us * 100.0).round() / 100.0,
+        "slot_reset_in_place": gatehouse::runtime::resets_in_place(),
         "tpm_verify_us_native": round1(tpm.native_us),
         "tpm_verify_us_wasm": round1(tpm.wasm_us),
         "cloud_iid_call_us_wasm": round1(cloud.call_wasm_us),
@@ -291,19 +295,32 @@ async fn runs(
 ) -> anyhow::Result<BackendFigures> {
     let headline = backend
         .fresh(template, async |url| {
-            joins_per_second(url, args.joins, args.agents, Tokens::Distinct).await
+            joins_per_second(
+                url,
+                args.joins,
+                args.agents,
+                Tokens::Distinct,
+                Agents::Beside,
+            )
+            .await
         })
         .await?;
     let mut runs = serde_json::Map::new();
-    for (name, agents, tokens) in [
-        ("distinct_1", 1, Tokens::Distinct),
-        ("distinct_16", 16, Tokens::Distinct),
-        ("distinct_64", 64, Tokens::Distinct),
-        ("shared_64", 64, Tokens::Shared),
+    for (name, agents, tokens, placed) in [
+        ("distinct_1", 1, Tokens::Distinct, Agents::Beside),
+        ("distinct_16", 16, Tokens::Distinct, Agents::Beside),
+        ("distinct_64", 64, Tokens::Distinct, Agents::Beside),
+        ("shared_64", 64, Tokens::Shared, Agents::Beside),
+        (
+            "distinct_16_agents_apart",
+            16,
+            Tokens::Distinct,
+            Agents::Apart,
+        ),
     ] {
         let run = backend
             .fresh(template, async |url| {
-                joins_per_second(url, args.joins, agents, tokens).await
+                joins_per_second(url, args.joins, agents, tokens, placed).await
             })
             .await
             .with_context(|| format!("the {name} run"))?;
@@ -384,6 +401,18 @@ enum Tokens {
     Shared,
 }
 
+/// Where the agents run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agents {
+    /// On the host's own runtime, sharing its worker threads (the end-to-end figures since the
+    /// first benchmark: the fewest threads on a machine with few cores).
+    Beside,
+    /// On a runtime of their own, threads named [`AGENT_THREADS`], so the host's CPU can be
+    /// told from theirs. About a fifth slower end to end on 2 cores (more threads, more
+    /// switches between them), so it is one extra run, not the way of every run.
+    Apart,
+}
+
 /// One end-to-end run.
 struct Run {
     joins_per_s: f64,
@@ -391,48 +420,73 @@ struct Run {
     p99: Duration,
     /// The process's CPU time (host and agents) per join.
     cpu_per_join: Duration,
+    /// The host's part of it, when the agents ran apart: the process's less the agents'
+    /// threads'.
+    host_cpu_per_join: Option<Duration>,
 }
 
 impl Run {
     fn json(&self, crypto_limit: f64) -> serde_json::Value {
-        serde_json::json!({
+        let mut run = serde_json::json!({
             "joins_per_s": round1(self.joins_per_s),
             "p50_ms": round1(self.p50.as_secs_f64() * 1e3),
             "p99_ms": round1(self.p99.as_secs_f64() * 1e3),
             "process_cpu_ms_per_join": round2(self.cpu_per_join.as_secs_f64() * 1e3),
             "over_crypto_limit": round2(self.joins_per_s / crypto_limit),
-        })
+        });
+        if let Some(host) = self.host_cpu_per_join {
+            run["host_cpu_ms_per_join"] = round2(host.as_secs_f64() * 1e3).into();
+        }
+        run
     }
 }
 
-/// The process's user and system CPU time so far (`/proc/self/stat`, clock ticks of 10 ms),
-/// or zero where that is not readable.
+/// The name of the benchmark's agent threads (Linux keeps 15 bytes of it).
+const AGENT_THREADS: &str = "bench-agent";
+
+/// The process's user and system CPU time so far, its threads' that have ended included
+/// (`/proc/self/stat`), or zero where that is not readable.
 fn process_cpu() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| stat_cpu(&stat))
+        .map_or(Duration::ZERO, |(_, cpu)| cpu)
+}
+
+/// The CPU time so far of this process's live threads named `name` (`/proc/self/task/*/stat`).
+fn threads_cpu(name: &str) -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return Duration::ZERO;
     };
-    // Fields after the command name (which may hold spaces) closed by the last ')'.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return Duration::ZERO;
-    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+        .filter_map(|stat| stat_cpu(&stat))
+        .filter(|(comm, _)| comm == name)
+        .map(|(_, cpu)| cpu)
+        .sum()
+}
+
+/// The command name and user plus system CPU time of a `stat` line (clock ticks of 10 ms).
+fn stat_cpu(stat: &str) -> Option<(String, Duration)> {
+    // The command name (which may hold spaces and parentheses) is closed by the last ')'.
+    let (head, rest) = stat.rsplit_once(')')?;
+    let (_, comm) = head.split_once('(')?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    let cpu = Duration::from_millis((ticks(11)? + ticks(12)?) * 10);
+    Some((comm.to_owned(), cpu))
 }
 
 /// Starts a dev host (SQLite, or `database_url`), mints `joins` single-use tokens (or one
-/// token of `joins` uses) and lets `agents` concurrent agents spend them.
+/// token of `joins` uses) and lets `agents` concurrent agents, placed as `placed` says, spend
+/// them.
 async fn joins_per_second(
     database_url: Option<String>,
     joins: usize,
     agents: usize,
     shared: Tokens,
+    placed: Agents,
 ) -> anyhow::Result<Run> {
     let dir = tempfile::tempdir()?;
     let files = app::dev::prepare(dir.path(), "127.0.0.1:0")?;
@@ -480,9 +534,22 @@ async fn joins_per_second(
     let client = gatehouse_agent::JoinClient::new(&url, &trust)?;
     let queue = Arc::new(std::sync::Mutex::new(tokens));
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(joins)));
-    let cpu_before = process_cpu();
+    let agent_threads = match placed {
+        Agents::Beside => None,
+        Agents::Apart => Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .thread_name(AGENT_THREADS)
+                .enable_all()
+                .build()?,
+        ),
+    };
+    let spawn_on = agent_threads
+        .as_ref()
+        .map_or_else(tokio::runtime::Handle::current, |r| r.handle().clone());
+    let (cpu_before, agents_before) = (process_cpu(), threads_cpu(AGENT_THREADS));
     let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = Vec::with_capacity(agents);
     for _ in 0..agents {
         let (client, trust, queue, latencies) = (
             client.clone(),
@@ -490,7 +557,7 @@ async fn joins_per_second(
             queue.clone(),
             latencies.clone(),
         );
-        tasks.spawn(async move {
+        tasks.push(spawn_on.spawn(async move {
             let mut done = 0usize;
             loop {
                 let Some(token) = queue.lock().ok().and_then(|mut q| q.pop()) else {
@@ -513,14 +580,24 @@ async fn joins_per_second(
                 }
                 done += 1;
             }
-        });
+        }));
     }
-    let mut joined = 0;
-    while let Some(result) = tasks.join_next().await {
-        joined += result.context("an agent task panicked")??;
+    let mut ended = Vec::with_capacity(agents);
+    for task in tasks {
+        ended.push(task.await);
     }
     let elapsed = started.elapsed().max(Duration::from_millis(1));
     let cpu = process_cpu().saturating_sub(cpu_before);
+    let agents_cpu = threads_cpu(AGENT_THREADS).saturating_sub(agents_before);
+    // Dropping a runtime blocks, which async code must not; so before any early return.
+    let host_cpu = agent_threads.map(|threads| {
+        threads.shutdown_background();
+        cpu.saturating_sub(agents_cpu)
+    });
+    let mut joined = 0;
+    for result in ended {
+        joined += result.context("an agent task panicked")??;
+    }
     anyhow::ensure!(joined == joins, "only {joined} of {joins} joins succeeded");
     // The whole host (its certificate sweeper too), not only the API and the database.
     running.shutdown().await;
@@ -533,10 +610,62 @@ async fn joins_per_second(
             .copied()
             .unwrap_or_default()
     };
+    let per_join = u32::try_from(joined.max(1)).unwrap_or(u32::MAX);
     Ok(Run {
         joins_per_s: joined as f64 / elapsed.as_secs_f64(),
         p50: at(0.50),
         p99: at(0.99),
-        cpu_per_join: cpu / u32::try_from(joined.max(1)).unwrap_or(u32::MAX),
+        cpu_per_join: cpu / per_join,
+        host_cpu_per_join: host_cpu.map(|host| host / per_join),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_its_name_and_cpu_even_with_parentheses_in_the_name() {
+        let line = "4242 (bench (x) agent) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1";
+        assert_eq!(
+            stat_cpu(line),
+            Some(("bench (x) agent".into(), Duration::from_millis(2_800)))
+        );
+        assert_eq!(stat_cpu("4242 (cut"), None);
+        assert_eq!(stat_cpu("4242 (short) S 1 2"), None);
+    }
+
+    #[test]
+    fn this_process_and_its_threads_have_cpu_figures() {
+        const SPENT: Duration = Duration::from_millis(30);
+        let (spent_tx, spent_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let busy = std::thread::Builder::new()
+            .name("bench-cpu-test".into())
+            .spawn(move || {
+                // Spins until its own figure shows SPENT, then stays alive until measured.
+                let own = || {
+                    std::fs::read_to_string("/proc/thread-self/stat")
+                        .ok()
+                        .and_then(|stat| stat_cpu(&stat))
+                        .map_or(Duration::ZERO, |(_, cpu)| cpu)
+                };
+                let mut x = 0u64;
+                while own() < SPENT {
+                    for _ in 0..100_000 {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
+                }
+                spent_tx.send(()).unwrap();
+                let _ = done_rx.recv();
+            })
+            .unwrap();
+        spent_rx.recv().unwrap();
+        let thread = threads_cpu("bench-cpu-test");
+        assert!(thread >= SPENT, "{thread:?}");
+        assert!(process_cpu() >= thread);
+        assert_eq!(threads_cpu("no-such-thread"), Duration::ZERO);
+        done_tx.send(()).unwrap();
+        busy.join().unwrap();
+    }
 }
