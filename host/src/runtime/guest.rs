@@ -247,47 +247,42 @@ mod tests {
         }
     }
 
-    fn ticking(ticks: usize, yielded: &TickYield) -> (Ticking, Arc<std::sync::Mutex<Vec<String>>>) {
-        let threads = Arc::default();
+    /// Runs a call that yields at `ticks` ticks through `guests`: how it ran, and the threads
+    /// it was polled on.
+    async fn run_ticking(guests: &GuestThread, ticks: usize) -> (Ran<usize>, Vec<String>) {
+        let yielded = TickYield::default();
+        let threads = Arc::<std::sync::Mutex<Vec<String>>>::default();
         let call = Ticking {
             ticks,
             yielded: yielded.clone(),
             threads: Arc::clone(&threads),
         };
-        (call, threads)
+        let ran = guests.run(call, yielded).await.unwrap();
+        let threads = threads.lock().unwrap().clone();
+        (ran, threads)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_quick_call_ends_on_its_callers_thread() {
         let guests = GuestThread::start("quick").unwrap();
-        let yielded = TickYield::default();
-        let (call, threads) = ticking(0, &yielded);
-        let ran = guests.run(call, yielded).await.unwrap();
+        let (ran, threads) = run_ticking(&guests, 0).await;
         assert_eq!(ran.output, 7);
         assert_eq!(ran.queued, Duration::ZERO);
-        assert!(threads.lock().unwrap().iter().all(|t| t != "gh-quick"));
+        assert!(threads.iter().all(|t| t != "gh-quick"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_call_that_yields_at_a_tick_moves_and_ends_on_the_attestors_thread() {
         let guests = GuestThread::start("slow").unwrap();
-        let yielded = TickYield::default();
-        let (call, threads) = ticking(3, &yielded);
-        let ran = guests.run(call, yielded).await.unwrap();
+        let (ran, threads) = run_ticking(&guests, 3).await;
         assert_eq!(ran.output, 7);
-        {
-            let threads = threads.lock().unwrap();
-            // One poll here (the first tick), every later one on the attestor's thread.
-            assert_eq!(threads.len(), 4);
-            assert_ne!(threads[0], "gh-slow");
-            assert!(threads[1..].iter().all(|t| t == "gh-slow"), "{threads:?}");
-        }
+        // One poll here (the first tick), every later one on the attestor's thread.
+        assert_eq!(threads.len(), 4);
+        assert_ne!(threads[0], "gh-slow");
+        assert!(threads[1..].iter().all(|t| t == "gh-slow"), "{threads:?}");
 
         // The attestor is demoted: its next call, quick as it is, starts on its thread.
-        let yielded = TickYield::default();
-        let (call, threads) = ticking(0, &yielded);
-        guests.run(call, yielded).await.unwrap();
-        assert_eq!(*threads.lock().unwrap(), ["gh-slow"]);
+        assert_eq!(run_ticking(&guests, 0).await.1, ["gh-slow"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -296,16 +291,10 @@ mod tests {
         assert!(!guests.demoted());
         guests.demote();
         assert!(guests.demoted());
-        let yielded = TickYield::default();
-        let (call, threads) = ticking(0, &yielded);
-        guests.run(call, yielded).await.unwrap();
-        assert_eq!(*threads.lock().unwrap(), ["gh-failed"]);
+        assert_eq!(run_ticking(&guests, 0).await.1, ["gh-failed"]);
         // Its demotion ends.
         guests.demoted_until.store(0, Ordering::Relaxed);
-        let yielded = TickYield::default();
-        let (call, threads) = ticking(0, &yielded);
-        guests.run(call, yielded).await.unwrap();
-        assert_ne!(*threads.lock().unwrap(), ["gh-failed"]);
+        assert_ne!(run_ticking(&guests, 0).await.1, ["gh-failed"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
