@@ -97,9 +97,10 @@ impl GuestThread {
     }
 
     /// Runs `call` on the caller's thread until it ends or `yielded` is raised, then on this
-    /// thread to its end (and on this thread from its start while [`Self::demote`]d). The call runs to its end even if the caller stops waiting for it:
-    /// what it holds (its call share and instance slot) is held until then, and its deadline
-    /// bounds it. `Err` only if its task on this thread panicked or was cancelled.
+    /// thread to its end (and on this thread from its start while [`Self::demote`]d). The call
+    /// runs to its end even if the caller stops waiting for it: what it holds (its call share
+    /// and instance slot) is held until then, and its deadline bounds it. `Err` only if its
+    /// task on this thread panicked or was cancelled.
     pub(super) async fn run<T: Send + 'static>(
         &self,
         call: impl Future<Output = T> + Send + 'static,
@@ -190,22 +191,19 @@ impl<T: Send + 'static> Future for Here<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Step<T>> {
         let this = &mut *self;
-        let Some(call) = this.call.as_mut() else {
+        let Some(mut call) = this.call.take() else {
             // Not polled again after it was ready; nothing left to run.
             return Poll::Pending;
         };
         match call.as_mut().poll(cx) {
-            Poll::Ready(output) => {
-                this.call = None;
-                Poll::Ready(Step::Ended(output))
-            }
+            Poll::Ready(output) => Poll::Ready(Step::Ended(output)),
             // Pending because the guest yielded (not because a host import awaits the
             // database): it ran a whole tick here; its next poll is on the attestor's thread.
-            Poll::Pending if this.yielded.take() => match this.call.take() {
-                Some(call) => Poll::Ready(Step::Move(call)),
-                None => Poll::Pending,
-            },
-            Poll::Pending => Poll::Pending,
+            Poll::Pending if this.yielded.take() => Poll::Ready(Step::Move(call)),
+            Poll::Pending => {
+                this.call = Some(call);
+                Poll::Pending
+            }
         }
     }
 }
