@@ -390,6 +390,10 @@ fn csr_hash(csr_sha256: &[u8]) -> Result<[u8; 32], BackendError> {
 
 impl TxBackend for Staged {
     async fn now(&mut self) -> Result<i64, BackendError> {
+        // On SQLite without a read connection: its clock is this process's.
+        if let Some(now) = self.db.clock_here() {
+            return Ok(now);
+        }
         let mut r = self.reader().await?;
         TxBackend::now(&mut r).await
     }

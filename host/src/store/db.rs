@@ -6,10 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::Executor;
 use sqlx::any::AnyPoolOptions;
-use sqlx::{AnyPool, Executor};
 
 use super::group::GroupCommit;
+use super::lease::{Connections, PING_IF_IDLE};
 use super::{StoreError, Tx, migrate};
 
 /// How long a transaction waits for a pooled connection, and on SQLite for the write lock
@@ -28,14 +29,6 @@ const READ_CONNECTIONS: u32 = 8;
 /// and SQLite admits one writer at a time, so more connections would only wait in SQLite's
 /// busy handler, which polls with sleeps of up to 100 ms, instead of in the pool's fair queue.
 const SQLITE_CONNECTIONS: u32 = 1;
-
-/// A pooled connection idle longer than this is pinged before it is handed out. sqlx pings on
-/// every acquire by default, one round trip (on SQLite a hop to its worker thread) before each
-/// transaction and each attestor read; a connection in steady use was pinged when it was last
-/// released, so only one that sat idle (across a database restart, say) is worth the check. A
-/// connection that died meanwhile fails its first statement instead: a storage error, which a
-/// join answers as retryable.
-const PING_IF_IDLE: Duration = Duration::from_secs(1);
 
 /// Set on every new SQLite connection. WAL lets readers of other processes (the CLI) run
 /// beside the writer; `synchronous` stays FULL so a committed token use or certificate row
@@ -87,9 +80,10 @@ impl fmt::Display for Backend {
 /// The database: a connection pool (cheap to clone) and the backend it talks to.
 #[derive(Debug, Clone)]
 pub struct Db {
-    pool: AnyPool,
+    /// Write transactions' connections ([`Db::begin`]).
+    pool: Arc<Connections>,
     /// Autocommit reads of committed state ([`Db::read`]).
-    reads: AnyPool,
+    reads: Arc<Connections>,
     backend: Backend,
     /// SQLite's commit batches over its one write connection ([`super::group`]).
     group: Option<Arc<GroupCommit>>,
@@ -122,7 +116,12 @@ impl Db {
             }
             Backend::Postgres => options.max_connections(POSTGRES_CONNECTIONS),
         };
+        let size = match backend {
+            Backend::Sqlite => SQLITE_CONNECTIONS,
+            Backend::Postgres => POSTGRES_CONNECTIONS,
+        };
         let pool = options.connect(url).await.map_err(StoreError::Connect)?;
+        let pool = Connections::new(pool, size);
         let settings = match backend {
             Backend::Sqlite => SQLITE_READ_PRAGMAS,
             Backend::Postgres => POSTGRES_READ_SETTINGS,
@@ -138,6 +137,7 @@ impl Db {
             })
             .connect_lazy(url)
             .map_err(StoreError::Connect)?;
+        let reads = Connections::new(reads, READ_CONNECTIONS);
         let group = (backend == Backend::Sqlite).then(|| GroupCommit::new(pool.clone()));
         Ok(Db {
             pool,
@@ -152,12 +152,19 @@ impl Db {
     /// at every start and, on Postgres, from several replicas at once (an advisory lock
     /// serialises them).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        migrate::run(&self.pool, self.backend).await
+        let mut conn = self.pool.acquire().await?;
+        migrate::run(&mut conn, self.backend).await
     }
 
     /// The backend this pool talks to.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// The database's clock ([`Tx::now`]) where reading it takes no connection: on SQLite,
+    /// whose clock is this process's; `None` on Postgres, whose clock is the server's.
+    pub fn clock_here(&self) -> Option<i64> {
+        (self.backend == Backend::Sqlite).then(super::tx::sqlite_clock_ms)
     }
 
     /// Opens a write transaction: `BEGIN IMMEDIATE` on SQLite (so a later write never fails
@@ -203,9 +210,9 @@ impl Db {
         self.group.as_deref()
     }
 
-    /// The pool, for this module's tests.
+    /// The write transactions' connections, for this module's tests.
     #[cfg(test)]
-    pub(super) fn pool(&self) -> &AnyPool {
+    pub(super) fn connections(&self) -> &Arc<Connections> {
         &self.pool
     }
 }

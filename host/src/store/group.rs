@@ -26,9 +26,10 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, AnyPool, Executor};
+use sqlx::{AnyConnection, Executor};
 use tokio::sync::oneshot;
+
+use super::lease::Connections;
 
 /// Opens a batch and the first member's savepoint in one round trip.
 pub(super) const OPEN_BATCH: &str = "BEGIN IMMEDIATE; SAVEPOINT tx";
@@ -43,7 +44,7 @@ pub(super) const ROLLBACK_MEMBER: &str = "ROLLBACK TO tx; RELEASE tx";
 /// changes it, so it always describes the connection.
 #[derive(Debug)]
 pub(super) struct GroupCommit {
-    pool: AnyPool,
+    pool: Arc<Connections>,
     batch: Mutex<Batch>,
 }
 
@@ -65,7 +66,7 @@ pub(super) type Committed = oneshot::Receiver<Result<(), String>>;
 
 impl GroupCommit {
     /// Batches for the write pool `pool`, which must hold a single connection.
-    pub(super) fn new(pool: AnyPool) -> Arc<Self> {
+    pub(super) fn new(pool: Arc<Connections>) -> Arc<Self> {
         Arc::new(Self {
             pool,
             batch: Mutex::default(),
@@ -170,7 +171,7 @@ impl GroupCommit {
             Err(e) => {
                 tracing::error!(error = %e, members = members.len(), "a SQLite commit batch failed");
                 if conn.execute("ROLLBACK").await.is_err() {
-                    close(conn);
+                    conn.discard();
                 }
                 Err(format!("COMMIT failed: {e}"))
             }
@@ -204,9 +205,4 @@ impl GroupCommit {
             let _ = member.send(Err(why.to_owned()));
         }
     }
-}
-
-/// Closes a connection whose state is unknown instead of returning it to the pool.
-fn close(mut conn: PoolConnection<Any>) {
-    conn.close_on_drop();
 }

@@ -109,27 +109,29 @@ impl Tx {
         Fields::new(&row, "events").i64("id")
     }
 
-    /// Appends a round's audit record and its event: on Postgres one statement (a round trip
-    /// fewer in every join's locked phase; a data-modifying `WITH` runs whether or not the
-    /// statement reads it), on SQLite two.
+    /// Appends a round's audit record and its event in one round trip, a statement fewer in
+    /// every join's locked phase: on Postgres one statement (a data-modifying `WITH` runs
+    /// whether or not the statement reads it); on SQLite, which has no such `WITH`, two
+    /// statements sent as one query (sqlx runs each in turn, numbered parameters counting
+    /// across both).
     pub async fn insert_audit_and_event(
         &mut self,
         a: &NewAudit,
         e: &NewEvent,
     ) -> Result<(), StoreError> {
-        if self.backend() == super::Backend::Sqlite {
-            self.insert_audit(a).await?;
-            self.insert_event(e).await?;
-            return Ok(());
-        }
-        let q = sqlx::query(
+        let sql = self.pick(
+            "INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, \
+             subject, node_key, csr_sha256, client_addr) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11); \
+             INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
+             payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)",
             "WITH audit AS (INSERT INTO audits (at, attestor, round, result, reason, node_id, \
              token_id, subject, node_key, csr_sha256, client_addr) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id) \
              INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
              payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)",
         );
-        let q = bind_audit(q, a)
+        let q = bind_audit(sqlx::query(sql), a)
             .bind(e.at)
             .bind(&e.kind)
             .bind(&e.tenant_id)

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 
 use futures::future::BoxFuture;
-use sqlx::AnyPool;
+use sqlx::AnyConnection;
 use sqlx::error::BoxDynError;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 
@@ -133,12 +133,12 @@ fn embedded(backend: Backend) -> &'static [Embedded] {
     }
 }
 
-/// Applies the migrations of `backend` that `pool`'s database has not applied yet.
-pub(super) async fn run(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
+/// Applies the migrations of `backend` that `conn`'s database has not applied yet.
+pub(super) async fn run(conn: &mut AnyConnection, backend: Backend) -> Result<(), StoreError> {
     let migrator = Migrator::new(Source(embedded(backend)))
         .await
         .map_err(StoreError::Migrate)?;
-    migrator.run(pool).await.map_err(StoreError::Migrate)
+    migrator.run(conn).await.map_err(StoreError::Migrate)
 }
 
 #[cfg(test)]

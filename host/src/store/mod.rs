@@ -34,6 +34,7 @@ mod group;
 mod join_requests;
 mod journal;
 mod kv;
+mod lease;
 mod locks;
 mod migrate;
 mod nodes;

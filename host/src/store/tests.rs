@@ -87,16 +87,18 @@ async fn migrations_apply_twice_idempotently() {
     for t in testing::all().await {
         t.db.migrate().await.unwrap();
         t.db.migrate().await.unwrap();
+        let mut conn = t.db.connections().acquire().await.unwrap();
         let applied = sqlx::query("SELECT COUNT(*) AS n FROM _sqlx_migrations")
-            .fetch_one(t.db.pool())
+            .fetch_one(&mut *conn)
             .await
             .unwrap();
         assert_eq!(applied.get::<i64, _>("n"), 7, "{:?}", t.db.backend());
         let roots = sqlx::query("SELECT COUNT(*) AS n FROM tenants WHERE id = 'root'")
-            .fetch_one(t.db.pool())
+            .fetch_one(&mut *conn)
             .await
             .unwrap();
         assert_eq!(roots.get::<i64, _>("n"), 1);
+        drop(conn);
         // A second pool on the same database migrates as a restarted replica would.
         let again = Db::connect(&t.url).await.unwrap();
         again.migrate().await.unwrap();
@@ -107,7 +109,7 @@ async fn migrations_apply_twice_idempotently() {
 #[tokio::test]
 async fn sqlite_is_wal_with_foreign_keys() {
     let t = testing::sqlite().await;
-    let mut conn = t.db.pool().acquire().await.unwrap();
+    let mut conn = t.db.connections().acquire().await.unwrap();
     let mode = sqlx::query("PRAGMA journal_mode")
         .fetch_one(&mut *conn)
         .await
@@ -292,15 +294,17 @@ async fn a_dropped_transaction_rolls_back_and_releases_its_connection() {
 }
 
 /// A transaction dropped between statements is rolled back on its connection, which then
-/// goes back to the pool instead of costing a reconnect.
+/// is kept for the next transaction instead of costing a reconnect.
 #[tokio::test]
 async fn a_dropped_transaction_keeps_its_connection_when_the_rollback_succeeds() {
     for t in testing::all().await {
-        let pool = t.db.pool();
-        // Connections come back to the pool asynchronously: wait until every one is idle.
+        let kept = t.db.connections();
+        let pool = kept.pool();
+        // A dropped transaction's connection comes back asynchronously (after its rollback):
+        // wait until every connection is idle, kept or in the pool.
         let settle = || async {
             for _ in 0..200 {
-                if pool.num_idle() == pool.size() as usize {
+                if kept.idle() + pool.num_idle() == pool.size() as usize {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -1206,6 +1210,70 @@ async fn events_and_audits_are_read_in_order() {
 }
 
 #[tokio::test]
+async fn a_rounds_audit_and_event_are_written_together() {
+    for t in testing::all().await {
+        let audit = NewAudit {
+            at: 7,
+            attestor: "join-token".into(),
+            round: 1,
+            result: AuditResult::Admitted,
+            reason: None,
+            node_id: Some("node_9".into()),
+            token_id: Some("tok_9".into()),
+            subject: Some("subject".into()),
+            node_key: Some("unattested".into()),
+            csr_sha256: Some([9; 32]),
+            client_addr: Some("192.0.2.9:4000".into()),
+        };
+        let event = NewEvent {
+            at: 8,
+            kind: "node.joined".into(),
+            tenant_id: Some("root".into()),
+            node_id: Some("node_9".into()),
+            attestor: Some("join-token".into()),
+            reason: None,
+            token_id: Some("tok_9".into()),
+            payload: serde_json::json!({"round": 1}),
+        };
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_audit_and_event(&audit, &event).await.unwrap();
+        tx.commit().await.unwrap();
+
+        let mut tx = t.db.begin().await.unwrap();
+        let audits = tx.list_audits(0, 10).await.unwrap();
+        assert_eq!(audits.len(), 1, "{:?}", t.db.backend());
+        assert_eq!(
+            (
+                audits[0].at,
+                audits[0].subject.as_deref(),
+                audits[0].csr_sha256,
+                audits[0].client_addr.as_deref()
+            ),
+            (7, Some("subject"), Some([9; 32]), Some("192.0.2.9:4000"))
+        );
+        let events = tx.list_events(0, 10).await.unwrap();
+        assert_eq!(events.len(), 1, "{:?}", t.db.backend());
+        assert_eq!(
+            (
+                events[0].at,
+                events[0].kind.as_str(),
+                events[0].token_id.as_deref(),
+                events[0].actor.as_deref(),
+                &events[0].payload
+            ),
+            (
+                8,
+                "node.joined",
+                Some("tok_9"),
+                None,
+                &serde_json::json!({"round": 1})
+            )
+        );
+        tx.rollback().await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn pools_leases_inventories_and_workflows() {
     for t in testing::all().await {
         let mut tx = t.db.begin().await.unwrap();
@@ -1300,7 +1368,7 @@ async fn corrupt_rows_are_errors() {
             "INSERT INTO nodes (id, tenant_id, role, identity_generation, created_at, updated_at) \
              VALUES ('node_bad', 'root', 'emperor', 1, 0, 0), ('node_gen', 'root', 'node', 8589934592, 0, 0)",
         )
-        .execute(t.db.pool())
+        .execute(&mut *t.db.connections().acquire().await.unwrap())
         .await
         .unwrap();
         let mut tx = t.db.begin().await.unwrap();

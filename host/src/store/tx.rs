@@ -1,6 +1,6 @@
 //! The transaction type, and how it stays safe when it is dropped half-way.
 //!
-//! A [`Tx`] owns a pooled connection and manages the transaction with plain `BEGIN` /
+//! A [`Tx`] owns a leased connection ([`super::lease`]) and manages the transaction with plain `BEGIN` /
 //! `COMMIT` / `ROLLBACK` statements rather than sqlx's `Transaction`, whose `begin` can leave a
 //! connection inside a transaction when cancelled between sending `BEGIN` and reading the
 //! answer. The rule here: a connection goes back to the pool only after a `COMMIT` or
@@ -13,12 +13,12 @@
 use std::sync::Arc;
 
 use sqlx::any::{Any, AnyArguments, AnyRow};
-use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
-use sqlx::{AnyConnection, AnyPool, Executor};
+use sqlx::{AnyConnection, Executor};
 
 use super::db::WAIT;
 use super::group::{self, GroupCommit};
+use super::lease::{self, Connections, Lease};
 use super::{Backend, StoreError};
 
 /// Begins a Postgres transaction in one round trip. `statement_timeout` and `lock_timeout`
@@ -29,9 +29,19 @@ const POSTGRES_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = '5s'; \
                               SET LOCAL idle_in_transaction_session_timeout = '60s'";
 
 /// Database time in ms since the Unix epoch.
-const SQLITE_NOW: &str = concat!("SELECT ", sqlite_now!(), " AS now");
-/// Database time in ms since the Unix epoch.
 const POSTGRES_NOW: &str = concat!("SELECT ", postgres_now!(), " AS now");
+
+/// SQLite's clock in ms since the Unix epoch, read in this process. SQLite is embedded: its
+/// `julianday('now')` (`sqlite_now!`, which SQL that compares with the time still uses) reads
+/// this process's real-time clock (the unix VFS's `gettimeofday`, truncated to the
+/// millisecond). So the same value needs no statement, and a join's readings of the database's
+/// time (the attestor's and the locked phase's) cost no round trip to SQLite's worker thread.
+/// Postgres' clock is the server's, the one every replica shares, and is still asked for.
+pub(super) fn sqlite_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// An open write transaction, owning its connection (`'static`, `Send`).
 ///
@@ -47,7 +57,7 @@ const POSTGRES_NOW: &str = concat!("SELECT ", postgres_now!(), " AS now");
 #[derive(Debug)]
 pub struct Tx {
     /// Some until dropped.
-    conn: Option<PoolConnection<Any>>,
+    conn: Option<Lease>,
     backend: Backend,
     /// A `COMMIT` or `ROLLBACK` succeeded: the connection may go back to the pool.
     finished: bool,
@@ -84,7 +94,7 @@ impl Drop for Tx {
 /// rollback failed or timed out, or its task never ran), it closes the connection instead
 /// of returning it to the pool.
 struct PendingRollback {
-    conn: PoolConnection<Any>,
+    conn: Lease,
     group: Option<Arc<GroupCommit>>,
     rolled_back: bool,
 }
@@ -110,7 +120,7 @@ impl Drop for PendingRollback {
             if let Some(group) = &self.group {
                 group.fail_all("the write connection was closed after a failed rollback");
             }
-            self.conn.close_on_drop();
+            self.conn.discard();
         }
     }
 }
@@ -126,7 +136,7 @@ async fn member_rolled_back(group: &GroupCommit, conn: &mut AnyConnection) -> bo
 
 impl Tx {
     pub(super) async fn begin(
-        pool: &AnyPool,
+        pool: &Arc<Connections>,
         backend: Backend,
         group: Option<&Arc<GroupCommit>>,
     ) -> Result<Tx, StoreError> {
@@ -154,7 +164,10 @@ impl Tx {
 
     /// A connection in autocommit mode: every statement is its own transaction, nothing to
     /// roll back when dropped. Only for reads (the read pool refuses writes on SQLite).
-    pub(super) async fn autocommit(pool: &AnyPool, backend: Backend) -> Result<Tx, StoreError> {
+    pub(super) async fn autocommit(
+        pool: &Arc<Connections>,
+        backend: Backend,
+    ) -> Result<Tx, StoreError> {
         let conn = pool.acquire().await?;
         Ok(Tx {
             conn: Some(conn),
@@ -219,10 +232,12 @@ impl Tx {
     }
 
     /// The database's clock in ms since the Unix epoch: the one clock expiry is decided by,
-    /// shared by every replica.
+    /// shared by every replica. On SQLite no statement: see [`sqlite_clock_ms`].
     pub async fn now(&mut self) -> Result<i64, StoreError> {
-        let sql = self.pick(SQLITE_NOW, POSTGRES_NOW);
-        let row = self.fetch_one(sqlx::query(sql)).await?;
+        if self.backend == Backend::Sqlite {
+            return Ok(sqlite_clock_ms());
+        }
+        let row = self.fetch_one(sqlx::query(POSTGRES_NOW)).await?;
         super::decode::Fields::new(&row, "now").i64("now")
     }
 
@@ -241,8 +256,13 @@ impl Tx {
     }
 
     fn check<T>(&mut self, result: Result<T, sqlx::Error>) -> Result<T, StoreError> {
-        if result.is_err() {
+        if let Err(e) = &result {
             self.failed = true;
+            if lease::lost(e)
+                && let Some(conn) = &mut self.conn
+            {
+                conn.discard();
+            }
         }
         result.map_err(StoreError::Query)
     }
