@@ -400,9 +400,17 @@ impl TxBackend for Staged {
 
     async fn lock_token(&mut self, id: &str) -> Result<Option<Token>, BackendError> {
         let mut r = self.reader().await?;
-        // On Postgres a `FOR UPDATE` in its own autocommit statement: it waits only while
-        // another join's locked phase holds the row, and holds nothing afterwards.
-        let seen = TxBackend::lock_token(&mut r, id).await?;
+        // Read as committed, never waiting for another join's locked phase to release the row
+        // (on Postgres that wait put every join on one many-use token in single file twice:
+        // here and in its own locked phase). Uses only go down, so a read taken while another
+        // join spends shows at most a use too many; the locked phase decides: its re-read
+        // under lock catches any other change (a revocation reruns the round) and its spend is
+        // conditional (`no-uses-left`).
+        let seen = r
+            .read_token(id)
+            .await
+            .map_err(fail)?
+            .map(super::store_tx::token);
         drop(r);
         self.reads.push(Read::Token(id.to_owned(), seen.clone()));
         Ok(seen.map(|mut t| {

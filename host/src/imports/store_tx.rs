@@ -19,7 +19,7 @@ fn fail(e: StoreError) -> BackendError {
     BackendError(e.to_string())
 }
 
-fn token(t: store::TokenRow) -> Token {
+pub(super) fn token(t: store::TokenRow) -> Token {
     Token {
         id: t.id,
         role: match t.role {

@@ -77,6 +77,13 @@ impl Tx {
         row.as_ref().map(token).transpose()
     }
 
+    /// Reads a token as committed, without locking it or waiting for a lock on it.
+    pub async fn read_token(&mut self, id: &str) -> Result<Option<TokenRow>, StoreError> {
+        let sql = concat!("SELECT ", columns!(), " FROM join_tokens WHERE id = $1");
+        let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
+        row.as_ref().map(token).transpose()
+    }
+
     /// Spends one use; returns the uses left. [`StoreError::NoUsesLeft`] when it had none
     /// (or does not exist): the count never goes below zero, even under concurrency.
     pub async fn consume_token(&mut self, id: &str) -> Result<u32, StoreError> {
