@@ -27,7 +27,7 @@ pub use backend::{BackendError, ConsumeOutcome, TxBackend, UseOutcome};
 pub(crate) use limits::MemoryLimiter;
 pub use prepared::MAX_PREPARED_BYTES;
 pub(crate) use prepared::Prepared;
-pub use staged::{Apply, Settle, Staged};
+pub use staged::{Apply, Settle, Spends, Staged};
 
 /// The representation of the `tx` borrow every `verify` call is given.
 pub(crate) fn transaction_rep() -> u32 {

@@ -187,74 +187,52 @@ impl Staged {
 
     /// The locked phase, inside JoinService's write transaction `tx`: locks the rows read
     /// (Postgres), reads each again and compares it with what the guest saw, then applies the
-    /// buffered writes that `apply` allows. `effects.locked_tokens` is refreshed with the
-    /// token rows as locked now (before this round's spend), so the host's own token checks
-    /// judge the row it spends.
+    /// buffered writes that `apply` allows, but for token spends: those are returned, for
+    /// JoinService to apply last ([`Spends::apply`]). `effects.locked_tokens` is refreshed with
+    /// the token rows as read now, so the host's own token checks judge the row it spends.
+    ///
+    /// Tokens are read here, not locked: a token's spend locks its row, last in the locked
+    /// phase, so the joins on one many-use token hold it only from their spend to their
+    /// commit, not for a whole locked phase each. The other rows are locked first, in the one
+    /// global order, so tokens come last in every join's order.
     ///
     /// A token's uses left moving is not a conflict: tokens are the host's to judge, and its
-    /// spend is a conditional update here ([`Settle::NoUsesLeft`]).
+    /// spend is a conditional update ([`Settle::NoUsesLeft`]).
     pub async fn settle(
         &self,
         tx: &mut Tx,
         effects: &mut Effects,
         apply: Apply,
-    ) -> Result<(), Settle> {
+    ) -> Result<Spends, Settle> {
         effects.locked_tokens.clear();
-        let locks = self.locks();
-        let read_tokens: BTreeSet<&str> = self
-            .reads
-            .iter()
-            .filter_map(|r| match r {
-                Read::Token(id, _) => Some(id.as_str()),
-                _ => None,
-            })
+        let locks: Vec<RowLock> = self
+            .locks()
+            .into_iter()
+            .filter(|lock| !matches!(lock, RowLock::Token(_)))
             .collect();
-        let every_token_read = locks.iter().all(|lock| match lock {
-            RowLock::Token(id) => read_tokens.contains(id.as_str()),
-            _ => true,
-        });
-        // Tokens head the lock order, and re-reading a token locks it (`FOR UPDATE`): when the
-        // guest read every token the round locks, those re-reads, in id order, take the token
-        // locks, and only the other rows are locked after them. One statement fewer per token
-        // (a token join locks nothing else), in the same order as `lock_rows` alone.
-        let mut replayed = vec![false; self.reads.len()];
-        if every_token_read {
-            let mut tokens: Vec<(usize, &Read)> = self
-                .reads
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| matches!(r, Read::Token(..)))
-                .collect();
-            tokens.sort_by_key(|(_, r)| match r {
-                Read::Token(id, _) => id.as_str(),
-                _ => "",
-            });
-            for (i, read) in tokens {
-                if !self.replay(tx, read, effects).await? {
-                    return Err(Settle::Conflict(read.what()));
-                }
-                replayed[i] = true;
-            }
-            let others: Vec<RowLock> = locks
-                .into_iter()
-                .filter(|lock| !matches!(lock, RowLock::Token(_)))
-                .collect();
-            tx.lock_rows(&others).await?;
-        } else {
-            tx.lock_rows(&locks).await?;
-        }
-        for (read, _) in self.reads.iter().zip(&replayed).filter(|(_, done)| !**done) {
+        tx.lock_rows(&locks).await?;
+        for read in &self.reads {
             if !self.replay(tx, read, effects).await? {
                 return Err(Settle::Conflict(read.what()));
             }
         }
+        let mut spends = Spends(Vec::new());
         for write in &self.writes {
             if apply == Apply::OwnRows && write.spends() {
                 continue;
             }
-            self.apply(tx, write).await?;
+            match write {
+                Write::ConsumeToken(id) => {
+                    // Judged against the row read above; a token never read is never spent
+                    // (the guest's spend needs its read first).
+                    let judged = effects.locked_tokens.iter().find(|t| t.id == *id);
+                    let judged = judged.ok_or(Settle::Conflict("a token"))?;
+                    spends.0.push(judged.clone());
+                }
+                _ => self.apply(tx, write).await?,
+            }
         }
-        Ok(())
+        Ok(spends)
     }
 
     /// Reads `read` again in `tx`; whether the guest saw the same.
@@ -267,7 +245,7 @@ impl Staged {
         let a = self.attestor.as_str();
         Ok(match read {
             Read::Token(id, seen) => {
-                let now = TxBackend::lock_token(tx, id).await?;
+                let now = tx.read_token(id).await?.map(super::store_tx::token);
                 let same = match (&now, seen) {
                     (Some(now), Some(seen)) => {
                         Token {
@@ -309,11 +287,8 @@ impl Staged {
     async fn apply(&self, tx: &mut Tx, write: &Write) -> Result<(), Settle> {
         let a = self.attestor.as_str();
         match write {
-            Write::ConsumeToken(id) => match tx.consume_token(id).await {
-                Ok(_) => Ok(()),
-                Err(StoreError::NoUsesLeft) => Err(Settle::NoUsesLeft(id.clone())),
-                Err(e) => Err(e.into()),
-            },
+            // Returned by `settle` instead, for `Spends::apply`.
+            Write::ConsumeToken(_) => Ok(()),
             Write::RecordUse {
                 subject,
                 expires_at,
@@ -358,6 +333,35 @@ impl Staged {
             Write::KvPut(key, value) => Ok(tx.kv_put(a, key, value).await?),
             Write::KvDelete(key) => Ok(tx.kv_delete(a, key).await?),
         }
+    }
+}
+
+/// The token spends of a settled round, each with the row its policy judged: applied last in
+/// the locked phase, just before the round's record and commit.
+#[derive(Debug)]
+pub struct Spends(Vec<Token>);
+
+impl Spends {
+    /// Spends a use of each token. The conditional update takes the token's row lock (on
+    /// Postgres, waiting for another join's spend to commit) and returns the row as spent,
+    /// which must be the row judged but for its uses left: a token revoked or replaced since
+    /// is a conflict, and the round runs again on what is committed.
+    pub async fn apply(self, tx: &mut Tx) -> Result<(), Settle> {
+        for judged in self.0 {
+            let spent = match tx.spend_token(&judged.id).await {
+                Ok(row) => super::store_tx::token(row),
+                Err(StoreError::NoUsesLeft) => return Err(Settle::NoUsesLeft(judged.id)),
+                Err(e) => return Err(e.into()),
+            };
+            let unchanged = Token {
+                uses_left: judged.uses_left,
+                ..spent
+            } == judged;
+            if !unchanged {
+                return Err(Settle::Conflict("a token"));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -27,7 +27,7 @@ use gatehouse_proto::{
     Challenge, Deferral as WireDeferral, JoinRequest, JoinResponse, JoinResponseBody, Pending, Role,
 };
 
-use crate::imports::{Apply, Effects, Session, Settle, Staged};
+use crate::imports::{Apply, Effects, Session, Settle, Spends, Staged};
 use crate::pki::{IssueRequest, LivePki, OpenError, Pki, VerifiedCsr, verify_csr};
 use crate::runtime::Runtime;
 use crate::runtime::bindings::types::{
@@ -512,29 +512,34 @@ impl JoinService {
             request,
         } = locked;
         let mut tx = self.begin().await.map_err(storage("begin"))?;
-        match staged.settle(&mut tx, &mut effects, apply).await {
-            Ok(()) => {}
-            Err(Settle::Conflict(what)) => {
-                return Err(Stop::Conflict(format!(
-                    "{what} changed while the attestor ran"
-                )));
-            }
-            Err(Settle::NoUsesLeft(id)) => {
-                drop(tx);
-                round.token_id = Some(id);
-                return Err(self
-                    .refused(round, Decision::host(Refusal::NoUsesLeft))
-                    .await);
-            }
-            Err(Settle::Store(e)) => return Err(storage("settle")(e)),
-            Err(Settle::Backend(e)) => return Err(failed("settle")(e)),
-        }
+        let spends = match staged.settle(&mut tx, &mut effects, apply).await {
+            Ok(spends) => spends,
+            Err(e) => return Err(self.unsettled(round, tx, "settle", e).await),
+        };
         match decided {
             Decided::Deferred(deferral) => self.defer(round, tx, deferral, request.csr).await,
             Decided::Admitted(result) => {
-                self.admit(round, tx, effects, result.into(), &request)
+                self.admit(round, tx, effects, spends, result.into(), &request)
                     .await
             }
+        }
+    }
+
+    /// What a settle or spend that failed at `step` stops the round with: a conflict reruns
+    /// it; a token without a use left is refused; the rest are storage failures.
+    async fn unsettled(&self, round: &mut Round, tx: Tx, step: &'static str, e: Settle) -> Stop {
+        match e {
+            Settle::Conflict(what) => {
+                Stop::Conflict(format!("{what} changed while the attestor ran"))
+            }
+            Settle::NoUsesLeft(id) => {
+                drop(tx);
+                round.token_id = Some(id);
+                self.refused(round, Decision::host(Refusal::NoUsesLeft))
+                    .await
+            }
+            Settle::Store(e) => storage(step)(e),
+            Settle::Backend(e) => failed(step)(e),
         }
     }
 
@@ -635,6 +640,7 @@ impl JoinService {
         round: &mut Round,
         mut tx: Tx,
         effects: Effects,
+        spends: Spends,
         mut result: Admission,
         request: &Admitting<'_>,
     ) -> Result<JoinResponse, Stop> {
@@ -880,6 +886,10 @@ impl JoinService {
                 request.csr,
             )
             .await?;
+        // Last but for the record: from here to the commit, the spent token's row is locked.
+        if let Err(e) = spends.apply(&mut tx).await {
+            return Err(self.unsettled(round, tx, "spend", e).await);
+        }
         let decision = Decision::admitted();
         // Stamped with the round's database time, read once above: one statement fewer
         // under the write lock.

@@ -84,6 +84,21 @@ impl Tx {
         row.as_ref().map(token).transpose()
     }
 
+    /// Spends one use, as [`Tx::consume_token`] does; the row as spent. On Postgres the
+    /// update takes the row's lock (waiting for another transaction's spend to commit, then
+    /// judging the row it committed).
+    pub async fn spend_token(&mut self, id: &str) -> Result<TokenRow, StoreError> {
+        let sql = concat!(
+            "UPDATE join_tokens SET uses_left = uses_left - 1 WHERE id = $1 AND uses_left > 0 \
+             RETURNING ",
+            columns!()
+        );
+        match self.fetch_optional(sqlx::query(sql).bind(id)).await? {
+            Some(row) => token(&row),
+            None => Err(StoreError::NoUsesLeft),
+        }
+    }
+
     /// Spends one use; returns the uses left. [`StoreError::NoUsesLeft`] when it had none
     /// (or does not exist): the count never goes below zero, even under concurrency.
     pub async fn consume_token(&mut self, id: &str) -> Result<u32, StoreError> {
