@@ -135,7 +135,8 @@ impl Staged {
         self.db.read().await.map_err(fail)
     }
 
-    /// The rows the decision read, to lock before they are read again.
+    /// The rows the decision read, to lock before they are read again. Not its tokens: a
+    /// token is locked by its spend, last ([`Spends::apply`]).
     fn locks(&self) -> Vec<RowLock> {
         let attestor = &self.attestor;
         let mut locks: Vec<RowLock> = self
@@ -143,7 +144,7 @@ impl Staged {
             .iter()
             .filter_map(|r| {
                 Some(match r {
-                    Read::Token(id, _) => RowLock::Token(id.clone()),
+                    Read::Token(..) => return None,
                     Read::Node(id, _) => RowLock::Node(id.clone()),
                     Read::NodeCert(der, _) => RowLock::NodeCert(der.clone()),
                     Read::NodeCertForKey(node, _, _) => RowLock::NodeCerts(node.clone()),
@@ -166,11 +167,10 @@ impl Staged {
                 })
             })
             .collect();
-        // Also what the writes touch, so a consumed token or join request is locked before
-        // anything else (and in the one order).
+        // Also what the writes touch, so a consumed join request or a key written is locked
+        // before anything is applied (and in the one order).
         for w in &self.writes {
             match w {
-                Write::ConsumeToken(id) => locks.push(RowLock::Token(id.clone())),
                 Write::ConsumeJoinRequest(id) => locks.push(RowLock::JoinRequest {
                     attestor: attestor.clone(),
                     id: id.clone(),
@@ -179,7 +179,9 @@ impl Staged {
                     attestor: attestor.clone(),
                     key: key.clone(),
                 }),
-                Write::RecordUse { .. } | Write::OpenJoinRequest { .. } => {}
+                Write::ConsumeToken(_)
+                | Write::RecordUse { .. }
+                | Write::OpenJoinRequest { .. } => {}
             }
         }
         locks
@@ -205,12 +207,7 @@ impl Staged {
         apply: Apply,
     ) -> Result<Spends, Settle> {
         effects.locked_tokens.clear();
-        let locks: Vec<RowLock> = self
-            .locks()
-            .into_iter()
-            .filter(|lock| !matches!(lock, RowLock::Token(_)))
-            .collect();
-        tx.lock_rows(&locks).await?;
+        tx.lock_rows(&self.locks()).await?;
         for read in &self.reads {
             if !self.replay(tx, read, effects).await? {
                 return Err(Settle::Conflict(read.what()));

@@ -14,11 +14,10 @@ use super::{Backend, StoreError, Tx};
 /// A row (or the rows of one key) a join's decision depends on.
 ///
 /// The variants are in lock order: [`Tx::lock_rows`] sorts by it, so two joins lock in the
-/// same order and cannot deadlock on these rows.
+/// same order and cannot deadlock on these rows. Tokens are not among them: a join locks its
+/// token last, by spending it (`imports::Spends`), after all of these.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RowLock {
-    /// A `join_tokens` row (exclusive: a use is spent on it).
-    Token(String),
     /// A `nodes` row (exclusive: a reclaim re-keys it).
     Node(String),
     /// A `node_certs` row by its DER (exclusive: a reclaim revokes it).
@@ -63,7 +62,6 @@ impl RowLock {
     /// The Postgres statement that takes this lock.
     fn statement(&self) -> &'static str {
         match self {
-            RowLock::Token(_) => "SELECT 1 FROM join_tokens WHERE id = $1 FOR UPDATE",
             RowLock::Node(_) => "SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE",
             RowLock::NodeCert(_) => "SELECT 1 FROM node_certs WHERE der_sha256 = $1 FOR UPDATE",
             RowLock::NodeCerts(_) => "SELECT 1 FROM node_certs WHERE node_id = $1 FOR UPDATE",
@@ -98,8 +96,7 @@ impl Tx {
         for lock in locks {
             let q = sqlx::query(lock.statement());
             let q = match lock {
-                RowLock::Token(a)
-                | RowLock::Node(a)
+                RowLock::Node(a)
                 | RowLock::NodeCerts(a)
                 | RowLock::Lease(a)
                 | RowLock::Workflow(a) => q.bind(a.clone()),
