@@ -218,16 +218,7 @@ impl Staged {
             if apply == Apply::OwnRows && write.spends() {
                 continue;
             }
-            match write {
-                Write::ConsumeToken(id) => {
-                    // Judged against the row read above; a token never read is never spent
-                    // (the guest's spend needs its read first).
-                    let judged = effects.locked_tokens.iter().find(|t| t.id == *id);
-                    let judged = judged.ok_or(Settle::Conflict("a token"))?;
-                    spends.0.push(judged.clone());
-                }
-                _ => self.apply(tx, write).await?,
-            }
+            self.apply(tx, write, effects, &mut spends).await?;
         }
         Ok(spends)
     }
@@ -281,11 +272,26 @@ impl Staged {
         })
     }
 
-    async fn apply(&self, tx: &mut Tx, write: &Write) -> Result<(), Settle> {
+    /// Applies `write` in `tx`, but for a token spend, which joins `spends` with the row
+    /// judged (see [`Spends::apply`]).
+    async fn apply(
+        &self,
+        tx: &mut Tx,
+        write: &Write,
+        effects: &Effects,
+        spends: &mut Spends,
+    ) -> Result<(), Settle> {
         let a = self.attestor.as_str();
         match write {
-            // Returned by `settle` instead, for `Spends::apply`.
-            Write::ConsumeToken(_) => Ok(()),
+            Write::ConsumeToken(id) => {
+                // Judged against the row read again above; a token never read is never spent
+                // (the guest's spend needs its read first).
+                let judged = effects.locked_tokens.iter().find(|t| t.id == *id);
+                spends
+                    .0
+                    .push(judged.ok_or(Settle::Conflict("a token"))?.clone());
+                Ok(())
+            }
             Write::RecordUse {
                 subject,
                 expires_at,

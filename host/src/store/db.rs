@@ -10,7 +10,7 @@ use sqlx::Executor;
 use sqlx::any::AnyPoolOptions;
 
 use super::group::GroupCommit;
-use super::lease::{Connections, PING_IF_IDLE};
+use super::lease::Connections;
 use super::{StoreError, Tx, migrate};
 
 /// How long a transaction waits for a pooled connection, and on SQLite for the write lock
@@ -98,7 +98,7 @@ impl Db {
     pub async fn connect(url: &str) -> Result<Db, StoreError> {
         sqlx::any::install_default_drivers();
         let backend = Backend::from_url(url)?;
-        let options = pinged_if_idle(AnyPoolOptions::new().acquire_timeout(WAIT));
+        let options = AnyPoolOptions::new().acquire_timeout(WAIT);
         let options = match backend {
             Backend::Sqlite => {
                 options
@@ -116,17 +116,13 @@ impl Db {
             }
             Backend::Postgres => options.max_connections(POSTGRES_CONNECTIONS),
         };
-        let size = match backend {
-            Backend::Sqlite => SQLITE_CONNECTIONS,
-            Backend::Postgres => POSTGRES_CONNECTIONS,
-        };
         let pool = options.connect(url).await.map_err(StoreError::Connect)?;
-        let pool = Connections::new(pool, size);
+        let pool = Connections::new(pool);
         let settings = match backend {
             Backend::Sqlite => SQLITE_READ_PRAGMAS,
             Backend::Postgres => POSTGRES_READ_SETTINGS,
         };
-        let reads = pinged_if_idle(AnyPoolOptions::new())
+        let reads = AnyPoolOptions::new()
             .acquire_timeout(WAIT)
             .max_connections(READ_CONNECTIONS)
             .after_connect(move |conn, _meta| {
@@ -137,7 +133,7 @@ impl Db {
             })
             .connect_lazy(url)
             .map_err(StoreError::Connect)?;
-        let reads = Connections::new(reads, READ_CONNECTIONS);
+        let reads = Connections::new(reads);
         let group = (backend == Backend::Sqlite).then(|| GroupCommit::new(pool.clone()));
         Ok(Db {
             pool,
@@ -215,20 +211,6 @@ impl Db {
     pub(super) fn connections(&self) -> &Arc<Connections> {
         &self.pool
     }
-}
-
-/// `options` with sqlx's ping on every acquire replaced by one only after [`PING_IF_IDLE`].
-fn pinged_if_idle(options: AnyPoolOptions) -> AnyPoolOptions {
-    options
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for > PING_IF_IDLE {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
-        })
 }
 
 /// The URL [`Db::connect`] takes for a SQLite file at `path`, created if missing. Characters

@@ -13,7 +13,8 @@
 //! - a connection whose statement failed because the connection did (I/O, TLS, protocol, a
 //!   crashed worker: [`lost`]) is closed when its lease ends, never kept;
 //! - a connection kept idle longer than [`PING_IF_IDLE`] is pinged before it is handed out
-//!   (the pool did the same on acquire, see `db.rs`);
+//!   (a connection sits idle in sqlx's pool only before its first lease, where sqlx's own
+//!   test on acquire, its default, covers it);
 //! - an abandoned statement's answer is still drained before the next statement: sqlx's
 //!   Postgres connection waits until it is ready for a query before each one, and SQLite's
 //!   worker runs queued commands in order.
@@ -35,7 +36,7 @@ use super::db::WAIT;
 /// across a database restart fails its ping and is replaced, not handed to a join. One in
 /// steady use is not pinged; if it died meanwhile, its first statement fails instead (a
 /// storage error, which a join answers as retryable) and it is closed.
-pub(super) const PING_IF_IDLE: Duration = Duration::from_secs(1);
+const PING_IF_IDLE: Duration = Duration::from_secs(1);
 
 /// The connections of one pool: at most as many leases at once as the pool has connections.
 #[derive(Debug)]
@@ -62,11 +63,12 @@ struct Idle {
 }
 
 impl Connections {
-    /// Leases connections of `pool`, which may open up to `size` of them.
-    pub(super) fn new(pool: AnyPool, size: u32) -> Arc<Self> {
+    /// Leases connections of `pool`: as many at once as it may open.
+    pub(super) fn new(pool: AnyPool) -> Arc<Self> {
+        let size = pool.options().get_max_connections() as usize;
         Arc::new(Self {
             pool,
-            permits: Arc::new(Semaphore::new(size as usize)),
+            permits: Arc::new(Semaphore::new(size)),
             kept: Mutex::default(),
         })
     }

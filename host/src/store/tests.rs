@@ -1583,3 +1583,55 @@ async fn superseded_certificates_count_as_revoked_after_their_grace() {
         tx.commit().await.unwrap();
     }
 }
+
+/// A join's token is spent last in its locked phase, and only then locked: what another
+/// transaction commits on the token after the round read it again must still stop the spend.
+/// A revocation is a conflict (the round runs again), another join's spend of the last use
+/// is `no-uses-left`; either way nothing of this round's is spent. Postgres only: on SQLite
+/// the locked phase holds the one write lock, so nothing can commit in between.
+#[tokio::test]
+async fn a_token_changed_before_its_late_spend_is_not_spent() {
+    use crate::imports::{Apply, Effects, Settle, Staged, TxBackend};
+    let Some(t) = testing::postgres().await else {
+        eprintln!("skipped: DATABASE_URL is not set");
+        return;
+    };
+    for (id, meanwhile) in [("tok_revoked", "revoke"), ("tok_taken", "spend")] {
+        seed_token(&t.db, id, 1).await;
+        // The attestor's call: it reads the token and spends its use (buffered).
+        let mut staged = Staged::new(t.db.clone(), "join-token");
+        assert!(
+            TxBackend::lock_token(&mut staged, id)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        TxBackend::consume_token(&mut staged, id).await.unwrap();
+        // The locked phase reads it again and judges it...
+        let mut tx = t.db.begin().await.unwrap();
+        let mut effects = Effects::default();
+        let spends = staged
+            .settle(&mut tx, &mut effects, Apply::Everything)
+            .await
+            .unwrap();
+        // ...and another transaction commits on the token before the spend, unhindered.
+        let mut other = t.db.begin().await.unwrap();
+        match meanwhile {
+            "revoke" => assert!(other.revoke_token(id).await.unwrap()),
+            _ => assert_eq!(other.consume_token(id).await.unwrap(), 0),
+        }
+        other.commit().await.unwrap();
+        let outcome = spends.apply(&mut tx).await;
+        match (meanwhile, &outcome) {
+            ("revoke", Err(Settle::Conflict("a token"))) => {}
+            ("spend", Err(Settle::NoUsesLeft(spent))) if spent == id => {}
+            _ => panic!("{meanwhile}: {outcome:?}"),
+        }
+        drop(tx);
+        let left = match meanwhile {
+            "revoke" => 1,
+            _ => 0,
+        };
+        assert_eq!(uses_left(&t.db, id).await, left, "{meanwhile}");
+    }
+}

@@ -65,13 +65,13 @@ impl Tx {
     /// Postgres; SQLite's `BEGIN IMMEDIATE` already excludes other writers). `None` if there
     /// is no such id.
     pub async fn lock_token(&mut self, id: &str) -> Result<Option<TokenRow>, StoreError> {
-        let sql = self.pick(
-            concat!("SELECT ", columns!(), " FROM join_tokens WHERE id = $1"),
-            concat!(
-                "SELECT ",
-                columns!(),
-                " FROM join_tokens WHERE id = $1 FOR UPDATE"
-            ),
+        if self.backend() == super::Backend::Sqlite {
+            return self.read_token(id).await;
+        }
+        let sql = concat!(
+            "SELECT ",
+            columns!(),
+            " FROM join_tokens WHERE id = $1 FOR UPDATE"
         );
         let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
         row.as_ref().map(token).transpose()
@@ -84,7 +84,8 @@ impl Tx {
         row.as_ref().map(token).transpose()
     }
 
-    /// Spends one use, as [`Tx::consume_token`] does; the row as spent. On Postgres the
+    /// Spends one use; the row as spent. [`StoreError::NoUsesLeft`] when it had none (or does
+    /// not exist): the count never goes below zero, even under concurrency. On Postgres the
     /// update takes the row's lock (waiting for another transaction's spend to commit, then
     /// judging the row it committed).
     pub async fn spend_token(&mut self, id: &str) -> Result<TokenRow, StoreError> {
@@ -99,18 +100,9 @@ impl Tx {
         }
     }
 
-    /// Spends one use; returns the uses left. [`StoreError::NoUsesLeft`] when it had none
-    /// (or does not exist): the count never goes below zero, even under concurrency.
+    /// Spends one use ([`Tx::spend_token`]); the uses left.
     pub async fn consume_token(&mut self, id: &str) -> Result<u32, StoreError> {
-        let q = sqlx::query(
-            "UPDATE join_tokens SET uses_left = uses_left - 1 \
-             WHERE id = $1 AND uses_left > 0 RETURNING uses_left",
-        )
-        .bind(id);
-        match self.fetch_optional(q).await? {
-            Some(row) => Fields::new(&row, "join_tokens").u32("uses_left"),
-            None => Err(StoreError::NoUsesLeft),
-        }
+        Ok(self.spend_token(id).await?.uses_left)
     }
 
     /// Every token, oldest first.
