@@ -331,7 +331,7 @@ impl Pki {
             trust_domain: self.trust_domain.clone(),
             node_ca_pem: self.node_ca_pem.clone(),
             join_signing_key: self.signing_spki.clone(),
-            join_encryption_key: self.encryption_public.to_vec(),
+            join_encryption_key: self.join_encryption_public().to_vec(),
             sequence: parts.sequence,
             previous: previous_file,
             kdf,
@@ -393,7 +393,7 @@ impl Pki {
                 BundleError::Inconsistent("the join signing key is not the published one").into(),
             );
         }
-        if pki.encryption_public.as_slice() != file.join_encryption_key {
+        if pki.join_encryption_public().as_slice() != file.join_encryption_key {
             return Err(BundleError::Inconsistent(
                 "the join encryption key is not the published one",
             )

@@ -16,6 +16,7 @@ pub mod identity;
 mod issue;
 mod live;
 pub mod native;
+mod opener;
 mod publish;
 mod response;
 mod rotation;
@@ -28,6 +29,7 @@ use aws_lc_rs::aead::{AES_256_GCM, RandomizedNonceKey};
 use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 use gatehouse_proto::TokenOpeningKey;
+use opener::TokenOpener;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     PKCS_ECDSA_P256_SHA256, PublicKeyData as _,
@@ -96,8 +98,8 @@ pub struct Pki {
     signing_key: EcdsaKeyPair,
     signing_spki: Vec<u8>,
     signing_key_id: String,
-    token_key: TokenOpeningKey,
-    encryption_public: [u8; 32],
+    /// The join encryption key, which opens the tokens agents seal to its public key.
+    token_key: TokenOpener,
     challenge_secret: Zeroizing<[u8; 32]>,
     challenge_key: RandomizedNonceKey,
     /// The keys a rotation replaced, each until its overlap window ends.
@@ -226,10 +228,8 @@ impl Pki {
 
         let (signing_key, signing_spki) = load_signing_key(&parts.signing_key_pkcs8)?;
 
-        let token_key = TokenOpeningKey::from_bytes(*parts.encryption_secret);
-        let encryption_public = token_key
-            .public_key()
-            .map_err(|_| Inconsistent("the join encryption key does not load"))?;
+        let token_key = TokenOpener::new(TokenOpeningKey::from_bytes(*parts.encryption_secret))
+            .ok_or(Inconsistent("the join encryption key does not load"))?;
 
         let challenge_key = RandomizedNonceKey::new(&AES_256_GCM, parts.challenge_secret.as_ref())
             .map_err(|_| PkiError::Crypto("challenge key"))?;
@@ -243,7 +243,6 @@ impl Pki {
             signing_key,
             signing_spki,
             token_key,
-            encryption_public,
             challenge_secret: parts.challenge_secret,
             challenge_key,
             previous: rotation::load_previous(parts.previous)?,
@@ -279,12 +278,12 @@ impl Pki {
     /// The join encryption key (X25519), which opens the HPKE-sealed join tokens of requests
     /// (`gatehouse_proto::open_token`).
     pub fn token_opening_key(&self) -> &TokenOpeningKey {
-        &self.token_key
+        self.token_key.key()
     }
 
     /// The join encryption key's X25519 public key, which agents seal tokens to.
     pub fn join_encryption_public(&self) -> [u8; 32] {
-        self.encryption_public
+        self.token_key.public()
     }
 }
 

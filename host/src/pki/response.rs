@@ -39,7 +39,7 @@ impl Pki {
             node_ca_pem: self.live_node_cas_pem(now_ms),
             tls_ca_pem: tls_ca_pem.to_owned(),
             join_signing_key: self.signing_spki.clone(),
-            join_encryption_key: self.encryption_public.to_vec(),
+            join_encryption_key: self.join_encryption_public().to_vec(),
             other_join_signing_keys: self.other_signing_spkis(now_ms),
             sequence: self.sequence,
         }

@@ -24,6 +24,7 @@ use gatehouse_proto::{TokenOpeningKey, TokenString};
 use rcgen::{Issuer, KeyPair};
 use zeroize::Zeroizing;
 
+use super::opener::TokenOpener;
 use super::{Parts, Pki, PkiError};
 
 /// A key that can be rotated.
@@ -126,18 +127,12 @@ pub(super) struct PreviousSigning {
     pub(super) key_id: String,
 }
 
-/// A retiring join encryption key, loaded.
-pub(super) struct PreviousEncryption {
-    pub(super) key: TokenOpeningKey,
-    pub(super) public: [u8; 32],
-}
-
 /// The previous keys of a loaded bundle.
 #[derive(Default)]
 pub(super) struct Previous {
     pub(super) node_ca: Option<Retiring<PreviousCa>>,
     pub(super) signing: Option<Retiring<PreviousSigning>>,
-    pub(super) encryption: Option<Retiring<PreviousEncryption>>,
+    pub(super) encryption: Option<Retiring<TokenOpener>>,
 }
 
 /// Why a sealed token did not open.
@@ -349,14 +344,14 @@ impl Pki {
         csr_sha256: &[u8; 32],
         now_ms: i64,
     ) -> Result<TokenString, OpenError> {
-        let current = match gatehouse_proto::open_token(&self.token_key, sealed, csr_sha256) {
+        let current = match self.token_key.open(sealed, csr_sha256) {
             Ok(token) => return Ok(token),
             Err(e) => e,
         };
         let Some(previous) = &self.previous.encryption else {
             return Err(current.into());
         };
-        match gatehouse_proto::open_token(&previous.key.key, sealed, csr_sha256) {
+        match previous.key.open(sealed, csr_sha256) {
             Ok(token) if previous.live(now_ms).is_some() => Ok(token),
             Ok(_) => Err(OpenError::RetiredKey {
                 retire_at_ms: previous.retire_at_ms,
@@ -405,7 +400,7 @@ impl Pki {
             node_ca_pem: self.live_node_cas_pem(now_ms),
             join_signing_key: self.signing_spki.clone(),
             other_join_signing_keys: self.other_signing_spkis(now_ms),
-            join_encryption_key: self.encryption_public.to_vec(),
+            join_encryption_key: self.join_encryption_public().to_vec(),
         })
     }
 }
@@ -457,14 +452,10 @@ pub(super) fn load_previous(parts: PreviousParts) -> Result<Previous, PkiError> 
     let encryption = match parts.encryption {
         None => None,
         Some(Retiring { key, retire_at_ms }) => {
-            let key = TokenOpeningKey::from_bytes(*key);
-            let public = key
-                .public_key()
-                .map_err(|_| Inconsistent("the previous join encryption key does not load"))?;
-            Some(Retiring {
-                key: PreviousEncryption { key, public },
-                retire_at_ms,
-            })
+            let key = TokenOpener::new(TokenOpeningKey::from_bytes(*key)).ok_or(Inconsistent(
+                "the previous join encryption key does not load",
+            ))?;
+            Some(Retiring { key, retire_at_ms })
         }
     };
     Ok(Previous {
@@ -499,7 +490,7 @@ pub(super) fn previous_parts(previous: &Previous) -> Result<PreviousParts, PkiEr
         }),
     };
     let encryption = previous.encryption.as_ref().map(|p| Retiring {
-        key: Zeroizing::new(p.key.key.to_bytes()),
+        key: Zeroizing::new(p.key.key().to_bytes()),
         retire_at_ms: p.retire_at_ms,
     });
     Ok(PreviousParts {
@@ -525,7 +516,7 @@ impl Pki {
                     .as_ref()
                     .to_vec(),
             ),
-            encryption_secret: Zeroizing::new(self.token_key.to_bytes()),
+            encryption_secret: Zeroizing::new(self.token_key.key().to_bytes()),
             challenge_secret: self.challenge_secret.clone(),
             previous: previous_parts(&self.previous)?,
             sequence: self.sequence,
@@ -534,7 +525,7 @@ impl Pki {
 
     /// The previous join encryption public key, when there is one (a bundle records it).
     pub(super) fn previous_encryption_public(&self) -> Option<[u8; 32]> {
-        self.previous.encryption.as_ref().map(|p| p.key.public)
+        self.previous.encryption.as_ref().map(|p| p.key.public())
     }
 
     /// The previous join signing key's SubjectPublicKeyInfo, when there is one.
