@@ -6,7 +6,7 @@
 //!   both bound this benchmark, whose agents run in the same process on the same cores.
 //! - the database: a token join's statements alone (the attestor's read of its token on the
 //!   read pool; then, locked, the token again, its spend, database time, the node, its
-//!   certificate, the audit row and the event; commit), from 16 tasks at once.
+//!   certificate, the audit row and the event with the commit), from 16 tasks at once.
 
 use std::time::{Duration, Instant};
 
@@ -186,7 +186,6 @@ async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
         token_id: Some(token.to_owned()),
         payload: serde_json::json!({ "attestor": "join-token" }),
     };
-    tx.insert_audit_and_event(&audit, &event).await?;
-    tx.commit().await?;
+    tx.commit_with_audit_and_event(&audit, &event).await?;
     Ok(())
 }

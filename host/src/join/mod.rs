@@ -627,10 +627,9 @@ impl JoinService {
             .pki()
             .sign_response(body, now)
             .map_err(failed("sign"))?;
-        record::write_at(&mut tx, round, &Decision::deferred(), now)
+        record::write_and_commit(tx, round, &Decision::deferred(), now)
             .await
-            .map_err(storage("record"))?;
-        tx.commit().await.map_err(storage("commit"))?;
+            .map_err(storage("record and commit"))?;
         self.log(round, &Decision::deferred());
         Ok(response)
     }
@@ -892,11 +891,10 @@ impl JoinService {
         }
         let decision = Decision::admitted();
         // Stamped with the round's database time, read once above: one statement fewer
-        // under the write lock.
-        record::write_at(&mut tx, round, &decision, now)
+        // under the write lock; on SQLite the commit goes with it.
+        record::write_and_commit(tx, round, &decision, now)
             .await
-            .map_err(storage("record"))?;
-        tx.commit().await.map_err(storage("commit"))?;
+            .map_err(storage("record and commit"))?;
         self.log(round, &decision);
         Ok(response)
     }

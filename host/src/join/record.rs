@@ -192,6 +192,24 @@ pub(super) async fn write_at(
     decision: &Decision,
     at: i64,
 ) -> Result<(), StoreError> {
+    let (audit, event) = rows(round, decision, at);
+    tx.insert_audit_and_event(&audit, &event).await
+}
+
+/// [`write_at`], then commits `tx`: on SQLite one round trip for both
+/// ([`Tx::commit_with_audit_and_event`]), the last of a join's locked phase.
+pub(super) async fn write_and_commit(
+    tx: Tx,
+    round: &Round,
+    decision: &Decision,
+    at: i64,
+) -> Result<(), StoreError> {
+    let (audit, event) = rows(round, decision, at);
+    tx.commit_with_audit_and_event(&audit, &event).await
+}
+
+/// The round's audit row and event, stamped `at`.
+fn rows(round: &Round, decision: &Decision, at: i64) -> (NewAudit, NewEvent) {
     let node_key = round.node_key.label();
     let mut payload = serde_json::json!({
         "attestor": round.attestor,
@@ -235,7 +253,7 @@ pub(super) async fn write_at(
         token_id: round.token_id.clone(),
         payload,
     };
-    tx.insert_audit_and_event(&audit, &event).await
+    (audit, event)
 }
 
 /// A shadow attestor's verdict on a round: an audit row of its own (attestor: the shadow's

@@ -252,10 +252,10 @@ impl JoinService {
         .await
         .map_err(storage("supersede"))?;
         let decision = Decision::admitted();
-        record::write(&mut tx, round, &decision)
+        let at = tx.now().await.map_err(storage("now"))?;
+        record::write_and_commit(tx, round, &decision, at)
             .await
-            .map_err(storage("record"))?;
-        tx.commit().await.map_err(storage("commit"))?;
+            .map_err(storage("record and commit"))?;
         self.log(round, &decision);
         Ok(response)
     }

@@ -35,8 +35,15 @@ use super::lease::Connections;
 pub(super) const OPEN_BATCH: &str = "BEGIN IMMEDIATE; SAVEPOINT tx";
 /// A further member's savepoint inside the open batch.
 pub(super) const JOIN_BATCH: &str = "SAVEPOINT tx";
+/// [`RELEASE`]'s text, for statements that end with it (`Tx::commit_with_audit_and_event`).
+macro_rules! release_member {
+    () => {
+        "RELEASE tx"
+    };
+}
+pub(super) use release_member;
 /// A member's commit: its writes become part of the batch.
-pub(super) const RELEASE: &str = "RELEASE tx";
+pub(super) const RELEASE: &str = release_member!();
 /// A member's rollback: its writes are undone, the batch's other members' are not.
 pub(super) const ROLLBACK_MEMBER: &str = "ROLLBACK TO tx; RELEASE tx";
 

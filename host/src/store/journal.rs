@@ -80,6 +80,52 @@ fn bind_audit<'q>(
         .bind(&a.client_addr)
 }
 
+/// SQLite's audit row and event ([`Tx::insert_audit_and_event`]): two statements, numbered
+/// parameters counting across both. A macro, so that [`SQLITE_AUDIT_EVENT_RELEASE`] can extend
+/// it.
+macro_rules! sqlite_audit_and_event {
+    () => {
+        "INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, \
+         subject, node_key, csr_sha256, client_addr) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11); \
+         INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
+         payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)"
+    };
+}
+
+/// [`sqlite_audit_and_event`], then a batch member's commit ([`super::group::RELEASE`]).
+const SQLITE_AUDIT_EVENT_RELEASE: &str = concat!(
+    sqlite_audit_and_event!(),
+    "; ",
+    super::group::release_member!()
+);
+
+/// Postgres' audit row and event: one statement (a data-modifying `WITH` runs whether or not
+/// the statement reads it).
+const POSTGRES_AUDIT_AND_EVENT: &str = "WITH audit AS (INSERT INTO audits (at, attestor, round, \
+     result, reason, node_id, token_id, subject, node_key, csr_sha256, client_addr) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id) \
+     INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
+     payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)";
+
+/// `sql` (one of the above) with an audit record bound as `$1` to `$11` and its event as `$12`
+/// to `$19`.
+fn bind_audit_and_event<'q>(
+    sql: &'static str,
+    a: &'q NewAudit,
+    e: &'q NewEvent,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    bind_audit(sqlx::query(sql), a)
+        .bind(e.at)
+        .bind(&e.kind)
+        .bind(&e.tenant_id)
+        .bind(&e.node_id)
+        .bind(&e.attestor)
+        .bind(&e.reason)
+        .bind(&e.token_id)
+        .bind(e.payload.to_string())
+}
+
 impl Tx {
     /// Appends an event the host raised on its own (no actor); its id.
     pub async fn insert_event(&mut self, e: &NewEvent) -> Result<i64, StoreError> {
@@ -110,38 +156,38 @@ impl Tx {
     }
 
     /// Appends a round's audit record and its event in one round trip, a statement fewer in
-    /// every join's locked phase: on Postgres one statement (a data-modifying `WITH` runs
-    /// whether or not the statement reads it); on SQLite, which has no such `WITH`, two
-    /// statements sent as one query (sqlx runs each in turn, numbered parameters counting
-    /// across both).
+    /// every join's locked phase: on Postgres one statement; on SQLite, which has no
+    /// data-modifying `WITH`, two statements sent as one query (sqlx runs each in turn).
     pub async fn insert_audit_and_event(
         &mut self,
         a: &NewAudit,
         e: &NewEvent,
     ) -> Result<(), StoreError> {
-        let sql = self.pick(
-            "INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, \
-             subject, node_key, csr_sha256, client_addr) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11); \
-             INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
-             payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)",
-            "WITH audit AS (INSERT INTO audits (at, attestor, round, result, reason, node_id, \
-             token_id, subject, node_key, csr_sha256, client_addr) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id) \
-             INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
-             payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)",
-        );
-        let q = bind_audit(sqlx::query(sql), a)
-            .bind(e.at)
-            .bind(&e.kind)
-            .bind(&e.tenant_id)
-            .bind(&e.node_id)
-            .bind(&e.attestor)
-            .bind(&e.reason)
-            .bind(&e.token_id)
-            .bind(e.payload.to_string());
-        self.execute(q).await?;
+        let sql = self.pick(sqlite_audit_and_event!(), POSTGRES_AUDIT_AND_EVENT);
+        self.execute(bind_audit_and_event(sql, a, e)).await?;
         Ok(())
+    }
+
+    /// [`Tx::insert_audit_and_event`], then [`Tx::commit`]. On SQLite the two inserts and the
+    /// release of this transaction's savepoint into its batch ([`super::group`]) are one query:
+    /// the last round trip of a join's locked phase is its record's. A failure anywhere in it
+    /// leaves the transaction uncommitted, and dropped it rolls back, as after any failed
+    /// statement ([`Tx::commit_after`]).
+    pub async fn commit_with_audit_and_event(
+        self,
+        a: &NewAudit,
+        e: &NewEvent,
+    ) -> Result<(), StoreError> {
+        let alone = self.pick(sqlite_audit_and_event!(), POSTGRES_AUDIT_AND_EVENT);
+        self.commit_after(|releases| {
+            let sql = if releases {
+                SQLITE_AUDIT_EVENT_RELEASE
+            } else {
+                alone
+            };
+            bind_audit_and_event(sql, a, e)
+        })
+        .await
     }
 
     /// Appends an audit record; its id.

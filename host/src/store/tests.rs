@@ -1209,32 +1209,38 @@ async fn events_and_audits_are_read_in_order() {
     }
 }
 
+/// A round's audit row and event, as `join::record` writes them.
+fn record_rows() -> (NewAudit, NewEvent) {
+    let audit = NewAudit {
+        at: 7,
+        attestor: "join-token".into(),
+        round: 1,
+        result: AuditResult::Admitted,
+        reason: None,
+        node_id: Some("node_9".into()),
+        token_id: Some("tok_9".into()),
+        subject: Some("subject".into()),
+        node_key: Some("unattested".into()),
+        csr_sha256: Some([9; 32]),
+        client_addr: Some("192.0.2.9:4000".into()),
+    };
+    let event = NewEvent {
+        at: 8,
+        kind: "node.joined".into(),
+        tenant_id: Some("root".into()),
+        node_id: Some("node_9".into()),
+        attestor: Some("join-token".into()),
+        reason: None,
+        token_id: Some("tok_9".into()),
+        payload: serde_json::json!({"round": 1}),
+    };
+    (audit, event)
+}
+
 #[tokio::test]
 async fn a_rounds_audit_and_event_are_written_together() {
     for t in testing::all().await {
-        let audit = NewAudit {
-            at: 7,
-            attestor: "join-token".into(),
-            round: 1,
-            result: AuditResult::Admitted,
-            reason: None,
-            node_id: Some("node_9".into()),
-            token_id: Some("tok_9".into()),
-            subject: Some("subject".into()),
-            node_key: Some("unattested".into()),
-            csr_sha256: Some([9; 32]),
-            client_addr: Some("192.0.2.9:4000".into()),
-        };
-        let event = NewEvent {
-            at: 8,
-            kind: "node.joined".into(),
-            tenant_id: Some("root".into()),
-            node_id: Some("node_9".into()),
-            attestor: Some("join-token".into()),
-            reason: None,
-            token_id: Some("tok_9".into()),
-            payload: serde_json::json!({"round": 1}),
-        };
+        let (audit, event) = record_rows();
         let mut tx = t.db.begin().await.unwrap();
         tx.insert_audit_and_event(&audit, &event).await.unwrap();
         tx.commit().await.unwrap();
@@ -1270,6 +1276,43 @@ async fn a_rounds_audit_and_event_are_written_together() {
             )
         );
         tx.rollback().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_record_commits_with_its_transaction_or_not_at_all() {
+    for t in testing::all().await {
+        let (audit, event) = record_rows();
+        let batches = || t.db.group().map(|g| g.committed());
+        let before = batches();
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_tenant("acme").await.unwrap();
+        tx.commit_with_audit_and_event(&audit, &event)
+            .await
+            .unwrap();
+        // On SQLite the record's query released the savepoint, and its batch committed.
+        assert_eq!(batches(), before.map(|n| n + 1), "{:?}", t.db.backend());
+        assert_no_idle_transaction(&t).await;
+
+        // A transaction whose statement failed writes neither its rows nor its record.
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_tenant("umbrella").await.unwrap();
+        assert!(tx.insert_tenant("acme").await.is_err(), "acme exists");
+        assert!(matches!(
+            tx.commit_with_audit_and_event(&audit, &event).await,
+            Err(StoreError::Aborted)
+        ));
+        assert_no_idle_transaction(&t).await;
+
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(tx.list_audits(0, 10).await.unwrap().len(), 1);
+        assert_eq!(tx.list_events(0, 10).await.unwrap().len(), 1);
+        // The first transaction's tenant is there; the second's is not.
+        assert!(tx.insert_tenant("acme").await.is_err());
+        tx.rollback().await.unwrap();
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_tenant("umbrella").await.unwrap();
+        tx.commit().await.unwrap();
     }
 }
 

@@ -197,6 +197,33 @@ impl Tx {
         // A failed release leaves the Tx unfinished: dropped, it rolls back (the batch too,
         // if the savepoint is gone).
         self.end(group::RELEASE).await?;
+        self.released(group).await
+    }
+
+    /// Runs a last statement and commits, in one round trip where a batch member's commit is
+    /// a statement ([`group::RELEASE`]): `last(true)` must then end with it; otherwise
+    /// `last(false)` runs and then the commit. As [`Tx::commit`], a transaction whose statement
+    /// failed rolls back instead (running neither) and returns [`StoreError::Aborted`]; a failure
+    /// of the last statement leaves it uncommitted, and dropped it rolls back.
+    pub(super) async fn commit_after<'q>(
+        mut self,
+        last: impl FnOnce(bool) -> Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<(), StoreError> {
+        if self.failed {
+            self.roll_back().await?;
+            return Err(StoreError::Aborted);
+        }
+        let Some(group) = self.group.clone() else {
+            self.execute(last(false)).await?;
+            return self.end("COMMIT").await;
+        };
+        self.execute(last(true)).await?;
+        self.released(group).await
+    }
+
+    /// After a statement released this member's savepoint: waits for the batch's `COMMIT`.
+    async fn released(mut self, group: Arc<GroupCommit>) -> Result<(), StoreError> {
+        self.finished = true;
         let committed = group.join();
         // The connection goes back to the pool for the batch's next member or its flusher.
         drop(self);
