@@ -89,7 +89,7 @@ macro_rules! sqlite_audit_and_event {
          subject, node_key, csr_sha256, client_addr) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11); \
          INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
-         payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)"
+         payload) VALUES ($12, $13, $14, $15, $16, $17, $18, $19, $20)"
     };
 }
 
@@ -106,23 +106,32 @@ const POSTGRES_AUDIT_AND_EVENT: &str = "WITH audit AS (INSERT INTO audits (at, a
      result, reason, node_id, token_id, subject, node_key, csr_sha256, client_addr) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id) \
      INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
-     payload) VALUES ($12, $13, $14, $15, $16, $17, $18, NULL, $19)";
+     payload) VALUES ($12, $13, $14, $15, $16, $17, $18, $19, $20)";
 
-/// `sql` (one of the above) with an audit record bound as `$1` to `$11` and its event as `$12`
-/// to `$19`.
+/// `sql` (one of the above) with an audit record bound as `$1` to `$11` and its event (the
+/// host's own: no actor) as `$12` to `$20`.
 fn bind_audit_and_event<'q>(
     sql: &'static str,
     a: &'q NewAudit,
     e: &'q NewEvent,
 ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
-    bind_audit(sqlx::query(sql), a)
-        .bind(e.at)
+    bind_event(bind_audit(sqlx::query(sql), a), e, None)
+}
+
+/// `q` with an event's nine columns bound next, in `events`' column order (`at` to `payload`).
+fn bind_event<'q>(
+    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    e: &'q NewEvent,
+    actor: Option<&'q str>,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    q.bind(e.at)
         .bind(&e.kind)
         .bind(&e.tenant_id)
         .bind(&e.node_id)
         .bind(&e.attestor)
         .bind(&e.reason)
         .bind(&e.token_id)
+        .bind(actor)
         .bind(e.payload.to_string())
 }
 
@@ -141,17 +150,8 @@ impl Tx {
         let q = sqlx::query(
             "INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
              payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
-        )
-        .bind(e.at)
-        .bind(&e.kind)
-        .bind(&e.tenant_id)
-        .bind(&e.node_id)
-        .bind(&e.attestor)
-        .bind(&e.reason)
-        .bind(&e.token_id)
-        .bind(actor)
-        .bind(e.payload.to_string());
-        let row = self.fetch_one(q).await?;
+        );
+        let row = self.fetch_one(bind_event(q, e, actor)).await?;
         Fields::new(&row, "events").i64("id")
     }
 
