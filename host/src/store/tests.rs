@@ -1313,6 +1313,31 @@ async fn a_record_commits_with_its_transaction_or_not_at_all() {
         let mut tx = t.db.begin().await.unwrap();
         tx.insert_tenant("umbrella").await.unwrap();
         tx.commit().await.unwrap();
+
+        // The record itself failing (its event's table renamed away inside the transaction,
+        // so the audit row goes in and the event does not): nothing of the transaction stays,
+        // the token's spend included, and on SQLite the savepoint was never released into
+        // the batch.
+        seed_token(&t.db, "tok_r", 1).await;
+        let before = batches();
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_tenant("initech").await.unwrap();
+        tx.spend_token("tok_r").await.unwrap();
+        tx.execute(sqlx::query("ALTER TABLE events RENAME TO events_gone"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            tx.commit_with_audit_and_event(&audit, &event).await,
+            Err(StoreError::Query(_))
+        ));
+        assert_no_idle_transaction(&t).await;
+        assert_eq!(batches(), before, "{:?}", t.db.backend());
+        assert_eq!(uses_left(&t.db, "tok_r").await, 1, "{:?}", t.db.backend());
+        let mut tx = t.db.begin().await.unwrap();
+        assert_eq!(tx.list_audits(0, 10).await.unwrap().len(), 1);
+        assert_eq!(tx.list_events(0, 10).await.unwrap().len(), 1);
+        tx.insert_tenant("initech").await.unwrap();
+        tx.commit().await.unwrap();
     }
 }
 
