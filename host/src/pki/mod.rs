@@ -275,8 +275,9 @@ impl Pki {
         &self.signing_key_id
     }
 
-    /// The join encryption key (X25519), which opens the HPKE-sealed join tokens of requests
-    /// (`gatehouse_proto::open_token`).
+    /// The join encryption key (X25519) as the bundle stores it. Requests' sealed tokens open
+    /// with [`Pki::open_token`] (aws-lc, `opener`); `gatehouse_proto::open_token` opens them
+    /// with this key too, through the `hpke` crate.
     pub fn token_opening_key(&self) -> &TokenOpeningKey {
         self.token_key.key()
     }

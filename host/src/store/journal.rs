@@ -169,10 +169,11 @@ impl Tx {
     }
 
     /// [`Tx::insert_audit_and_event`], then [`Tx::commit`]. On SQLite the two inserts and the
-    /// release of this transaction's savepoint into its batch ([`super::group`]) are one query:
-    /// the last round trip of a join's locked phase is its record's. A failure anywhere in it
-    /// leaves the transaction uncommitted, and dropped it rolls back, as after any failed
-    /// statement ([`Tx::commit_after`]).
+    /// release of this transaction's savepoint into its batch (the group commit) are one
+    /// query: the last round trip of a join's locked phase is its record's. As with
+    /// [`Tx::commit`], a transaction whose statement failed rolls back and answers
+    /// [`StoreError::Aborted`]; a failure of the record itself leaves the transaction
+    /// uncommitted, and dropped it rolls back, as after any failed statement.
     pub async fn commit_with_audit_and_event(
         self,
         a: &NewAudit,
