@@ -16,7 +16,6 @@ pub mod identity;
 mod issue;
 mod live;
 pub mod native;
-mod opener;
 mod publish;
 mod response;
 mod rotation;
@@ -28,8 +27,7 @@ use std::fmt;
 use aws_lc_rs::aead::{AES_256_GCM, RandomizedNonceKey};
 use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
-use gatehouse_proto::TokenOpeningKey;
-use opener::TokenOpener;
+use gatehouse_proto::{TokenOpener, TokenOpeningKey};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     PKCS_ECDSA_P256_SHA256, PublicKeyData as _,
@@ -190,7 +188,8 @@ impl Pki {
         let rng = aws_lc_rs::rand::SystemRandom::new();
         let signing = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
             .map_err(|_| PkiError::Crypto("join signing key generation"))?;
-        let (token_key, _) = gatehouse_proto::generate_token_keypair();
+        let (token_key, _) = gatehouse_proto::generate_token_keypair()
+            .map_err(|_| PkiError::Crypto("join encryption key generation"))?;
         let encryption_secret = Zeroizing::new(token_key.to_bytes());
 
         Pki::assemble(Parts {
@@ -229,7 +228,7 @@ impl Pki {
         let (signing_key, signing_spki) = load_signing_key(&parts.signing_key_pkcs8)?;
 
         let token_key = TokenOpener::new(TokenOpeningKey::from_bytes(*parts.encryption_secret))
-            .ok_or(Inconsistent("the join encryption key does not load"))?;
+            .map_err(|_| Inconsistent("the join encryption key does not load"))?;
 
         let challenge_key = RandomizedNonceKey::new(&AES_256_GCM, parts.challenge_secret.as_ref())
             .map_err(|_| PkiError::Crypto("challenge key"))?;
@@ -276,8 +275,7 @@ impl Pki {
     }
 
     /// The join encryption key (X25519) as the bundle stores it. Requests' sealed tokens open
-    /// with [`Pki::open_token`] (aws-lc, `opener`); `gatehouse_proto::open_token` opens them
-    /// with this key too, through the `hpke` crate.
+    /// with [`Pki::open_token`].
     pub fn token_opening_key(&self) -> &TokenOpeningKey {
         self.token_key.key()
     }
@@ -334,11 +332,8 @@ mod tests {
         };
         let sealed =
             gatehouse_proto::seal_token(&a.join_encryption_public(), &token, &[1; 32]).unwrap();
-        assert_eq!(
-            gatehouse_proto::open_token(a.token_opening_key(), &sealed, &[1; 32]).unwrap(),
-            token
-        );
-        assert!(gatehouse_proto::open_token(b.token_opening_key(), &sealed, &[1; 32]).is_err());
+        assert_eq!(a.open_token(&sealed, &[1; 32], 0).unwrap(), token);
+        assert!(b.open_token(&sealed, &[1; 32], 0).is_err());
     }
 
     #[test]

@@ -20,11 +20,10 @@
 //! live without being told again; a later rotation drops previous keys whose window is over.
 
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
-use gatehouse_proto::{TokenOpeningKey, TokenString};
+use gatehouse_proto::{TokenOpener, TokenOpeningKey, TokenString};
 use rcgen::{Issuer, KeyPair};
 use zeroize::Zeroizing;
 
-use super::opener::TokenOpener;
 use super::{Parts, Pki, PkiError};
 
 /// A key that can be rotated.
@@ -254,7 +253,8 @@ impl Pki {
                 }
                 KeyKind::JoinEncryption => {
                     in_window(kind, previous.encryption.as_ref().map(|p| p.retire_at_ms))?;
-                    let (fresh, _) = gatehouse_proto::generate_token_keypair();
+                    let (fresh, _) = gatehouse_proto::generate_token_keypair()
+                        .map_err(|_| PkiError::Crypto("join encryption key generation"))?;
                     let old = std::mem::replace(
                         &mut parts.encryption_secret,
                         Zeroizing::new(fresh.to_bytes()),
@@ -452,9 +452,8 @@ pub(super) fn load_previous(parts: PreviousParts) -> Result<Previous, PkiError> 
     let encryption = match parts.encryption {
         None => None,
         Some(Retiring { key, retire_at_ms }) => {
-            let key = TokenOpener::new(TokenOpeningKey::from_bytes(*key)).ok_or(Inconsistent(
-                "the previous join encryption key does not load",
-            ))?;
+            let key = TokenOpener::new(TokenOpeningKey::from_bytes(*key))
+                .map_err(|_| Inconsistent("the previous join encryption key does not load"))?;
             Some(Retiring { key, retire_at_ms })
         }
     };

@@ -34,7 +34,7 @@ pub(crate) struct Pki {
     pub(crate) ca_key: KeyPair,
     ca_params: CertificateParams,
     /// Opens tokens sealed to `trust.join_encryption_key`.
-    pub(crate) opening_key: gatehouse_proto::TokenOpeningKey,
+    pub(crate) opener: gatehouse_proto::TokenOpener,
 }
 
 impl Pki {
@@ -47,7 +47,8 @@ impl Pki {
             .push(rcgen::DnType::CommonName, "test node CA");
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let signer = signer();
-        let (opening_key, public) = gatehouse_proto::generate_token_keypair();
+        let (opening_key, public) = gatehouse_proto::generate_token_keypair().unwrap();
+        let opener = gatehouse_proto::TokenOpener::new(opening_key).unwrap();
         let trust = JoinTrust {
             trust_domain: TRUST_DOMAIN.into(),
             node_ca_pem: ca.pem(),
@@ -62,7 +63,7 @@ impl Pki {
             signer,
             ca_key,
             ca_params,
-            opening_key,
+            opener,
         }
     }
 

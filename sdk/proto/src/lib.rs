@@ -25,7 +25,7 @@ pub use join::{
 };
 pub use renew::RenewRequest;
 #[cfg(feature = "seal")]
-pub use seal::{SealError, TokenOpeningKey, generate_token_keypair, open_token, seal_token};
+pub use seal::{SealError, TokenOpener, TokenOpeningKey, generate_token_keypair, seal_token};
 pub use token::{TOKEN_SEAL_INFO, TokenError, TokenString};
 pub use trust::{JoinTrust, TrustUpdate};
 

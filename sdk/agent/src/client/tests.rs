@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use gatehouse_proto::{Challenge, Deferral, Pending, Role, open_token};
+use gatehouse_proto::{Challenge, Deferral, Pending, Role};
 
 use super::*;
 use crate::producer::TokenProducer;
@@ -154,7 +154,7 @@ async fn token_join_seals_the_token_for_the_csr() {
     assert_eq!(sent.claims, claims());
     let sealed = sent.sealed_token.as_deref().unwrap();
     let csr = sha256(&sent.csr);
-    assert_eq!(open_token(&pki.opening_key, sealed, &csr).unwrap(), token());
+    assert_eq!(pki.opener.open(sealed, &csr).unwrap(), token());
 }
 
 #[tokio::test]
