@@ -1557,6 +1557,85 @@ async fn sqlite_a_lost_commit_batch_fails_its_waiting_members() {
     assert!(tx.tenant_exists("after").await.unwrap());
 }
 
+/// On SQLite a transaction's savepoint goes with its first statement, in one round trip. That
+/// statement answers as if sent alone (its rows, and its own change count: SQLite reports the
+/// change count of an earlier statement for `BEGIN` and `SAVEPOINT`); a transaction that sent
+/// nothing has nothing to commit, roll back or wait for; and a first statement that fails
+/// rolls back its own savepoint only, not the batch it joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_savepoint_goes_with_the_first_statement() {
+    let t = testing::sqlite().await;
+    let mut tx = t.db.begin().await.unwrap();
+    let inserted = tx
+        .execute(sqlx::query(
+            "INSERT INTO tenants (id) VALUES ('a'), ('b'), ('c'), ('d'), ('e')",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(inserted, 5);
+    tx.commit().await.unwrap();
+    // The batch is committed: this member opens a new one (two statements before its own).
+    let mut tx = t.db.begin().await.unwrap();
+    let updated = tx
+        .execute(sqlx::query("UPDATE tenants SET id = 'a2' WHERE id = 'a'"))
+        .await
+        .unwrap();
+    assert_eq!(updated, 1);
+    tx.commit().await.unwrap();
+    let mut tx = t.db.begin().await.unwrap();
+    let row = tx
+        .fetch_one(sqlx::query("SELECT id FROM tenants WHERE id = $1").bind("b"))
+        .await
+        .unwrap();
+    assert_eq!(row.get::<String, _>("id"), "b");
+    tx.commit().await.unwrap();
+    let mut tx = t.db.begin().await.unwrap();
+    let none = tx
+        .fetch_one(sqlx::query("SELECT id FROM tenants WHERE id = 'nobody'"))
+        .await;
+    assert!(matches!(
+        none,
+        Err(StoreError::Query(sqlx::Error::RowNotFound))
+    ));
+    assert!(matches!(tx.commit().await, Err(StoreError::Aborted)));
+
+    // Nothing sent: no batch to join, nothing to roll back, the connection as it was.
+    let group = t.db.group().unwrap();
+    let before = group.committed();
+    t.db.begin().await.unwrap().commit().await.unwrap();
+    t.db.begin().await.unwrap().rollback().await.unwrap();
+    drop(t.db.begin().await.unwrap());
+    assert_eq!(group.committed(), before);
+    // No transaction was left open on the write connection: another writer gets SQLite's lock.
+    let other = Db::connect(&t.url).await.unwrap();
+    let mut tx = other.begin().await.unwrap();
+    tx.insert_tenant("other").await.unwrap();
+    tx.commit().await.unwrap();
+    other.close().await;
+
+    // A member queued behind a released one, in its batch, whose first statement fails.
+    let mut first = t.db.begin().await.unwrap();
+    first.insert_tenant("kept").await.unwrap();
+    let db = t.db.clone();
+    let second = tokio::spawn(async move {
+        let mut tx = db.begin().await.unwrap();
+        let duplicate = tx.insert_tenant("b").await;
+        assert!(
+            matches!(duplicate, Err(StoreError::Query(_))),
+            "{duplicate:?}"
+        );
+        tx.commit().await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.commit().await.unwrap();
+    assert!(matches!(second.await.unwrap(), Err(StoreError::Aborted)));
+    assert_eq!(group.committed(), before + 1);
+    let mut tx = t.db.read().await.unwrap();
+    for (id, exists) in [("kept", true), ("a", false), ("a2", true), ("e", true)] {
+        assert_eq!(tx.tenant_exists(id).await.unwrap(), exists, "{id}");
+    }
+}
+
 #[tokio::test]
 async fn superseded_certificates_count_as_revoked_after_their_grace() {
     for t in testing::all().await {

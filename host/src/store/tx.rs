@@ -12,9 +12,10 @@
 
 use std::sync::Arc;
 
+use futures::TryStreamExt as _;
 use sqlx::any::{Any, AnyArguments, AnyRow};
 use sqlx::query::Query;
-use sqlx::{AnyConnection, Executor};
+use sqlx::{AnyConnection, Either, Execute as _, Executor};
 
 use super::db::WAIT;
 use super::group::{self, GroupCommit};
@@ -53,7 +54,8 @@ pub(super) fn sqlite_clock_ms() -> i64 {
 ///
 /// Hold one `Tx` at a time per task: on SQLite the pool has a single connection, so a second
 /// `begin` waits for the first `Tx` to end. On SQLite a `Tx` is a savepoint in a batch that
-/// commits with one `COMMIT` ([`group`]); its `commit` returns once that batch committed.
+/// commits with one `COMMIT` ([`group`]); its `commit` returns once that batch committed. The
+/// savepoint is taken by the transaction's first statement, in the same round trip.
 #[derive(Debug)]
 pub struct Tx {
     /// Some until dropped.
@@ -65,11 +67,16 @@ pub struct Tx {
     failed: bool,
     /// SQLite's batch this transaction is a member of; none on Postgres.
     group: Option<Arc<GroupCommit>>,
+    /// A batch member whose begin ([`GroupCommit::begin_statement`]) is not sent yet: it goes
+    /// in front of the first statement, one round trip to SQLite's worker thread fewer per
+    /// transaction. Until then the connection is as the member found it, so a member that
+    /// ends without a statement has nothing to commit or roll back.
+    unsent_begin: bool,
 }
 
 impl Drop for Tx {
     fn drop(&mut self) {
-        if self.finished {
+        if self.finished || self.unsent_begin {
             return; // The connection goes back to the pool with the field.
         }
         let Some(conn) = self.conn.take() else { return };
@@ -148,9 +155,13 @@ impl Tx {
             finished: false,
             failed: false,
             group: group.cloned(),
+            unsent_begin: false,
         };
         let begin = match (&tx.group, backend) {
-            (Some(group), _) => group.begin_statement(),
+            (Some(_), _) => {
+                tx.unsent_begin = true;
+                return Ok(tx);
+            }
             (None, Backend::Postgres) => POSTGRES_BEGIN,
             // Takes SQLite's write lock at once: a deferred `BEGIN` that reads first fails
             // with "database is locked" on its first write, without waiting for the busy
@@ -175,6 +186,7 @@ impl Tx {
             finished: true,
             failed: false,
             group: None,
+            unsent_begin: false,
         })
     }
 
@@ -190,6 +202,9 @@ impl Tx {
         if self.failed {
             self.roll_back().await?;
             return Err(StoreError::Aborted);
+        }
+        if self.unsent_begin {
+            return Ok(()); // No statement ran: nothing to commit.
         }
         let Some(group) = self.group.clone() else {
             return self.end("COMMIT").await;
@@ -240,6 +255,9 @@ impl Tx {
     }
 
     async fn roll_back(&mut self) -> Result<(), StoreError> {
+        if self.unsent_begin {
+            return Ok(()); // No statement ran: nothing to roll back.
+        }
         let Some(group) = self.group.clone() else {
             return self.end("ROLLBACK").await;
         };
@@ -299,6 +317,9 @@ impl Tx {
         &mut self,
         query: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<u64, StoreError> {
+        if let Some(group) = self.take_unsent_begin() {
+            return Ok(self.after_begin(&group, query).await?.rows_affected);
+        }
         let result = self.conn()?.execute(query).await;
         self.check(result).map(|done| done.rows_affected())
     }
@@ -308,6 +329,14 @@ impl Tx {
         &mut self,
         query: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<Option<AnyRow>, StoreError> {
+        if let Some(group) = self.take_unsent_begin() {
+            return Ok(self
+                .after_begin(&group, query)
+                .await?
+                .rows
+                .into_iter()
+                .next());
+        }
         let result = self.conn()?.fetch_optional(query).await;
         self.check(result)
     }
@@ -317,6 +346,15 @@ impl Tx {
         &mut self,
         query: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<AnyRow, StoreError> {
+        if let Some(group) = self.take_unsent_begin() {
+            let row = self
+                .after_begin(&group, query)
+                .await?
+                .rows
+                .into_iter()
+                .next();
+            return self.check(row.ok_or(sqlx::Error::RowNotFound));
+        }
         let result = self.conn()?.fetch_one(query).await;
         self.check(result)
     }
@@ -326,7 +364,70 @@ impl Tx {
         &mut self,
         query: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<Vec<AnyRow>, StoreError> {
+        if let Some(group) = self.take_unsent_begin() {
+            return Ok(self.after_begin(&group, query).await?.rows);
+        }
         let result = self.conn()?.fetch_all(query).await;
         self.check(result)
     }
+
+    /// The batch of a member whose begin is still to be sent: the caller sends it now.
+    fn take_unsent_begin(&mut self) -> Option<Arc<GroupCommit>> {
+        std::mem::take(&mut self.unsent_begin)
+            .then(|| self.group.clone())
+            .flatten()
+    }
+
+    /// Runs the member's begin and then `query` as one query, one round trip: SQLite runs a
+    /// query's statements in order and stops at the first that fails, so this is the begin
+    /// sent alone and then `query`.
+    async fn after_begin<'q>(
+        &mut self,
+        group: &GroupCommit,
+        mut query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<Ran, StoreError> {
+        let arguments = match query.take_arguments() {
+            Ok(arguments) => arguments,
+            Err(e) => {
+                self.unsent_begin = true; // Nothing was sent.
+                return self.check(Err(sqlx::Error::Encode(e)));
+            }
+        };
+        let begin = group.begin_statement();
+        let sql = format!("{begin}; {}", query.sql());
+        let query = match arguments {
+            Some(arguments) => sqlx::query_with(&sql, arguments),
+            None => sqlx::query(&sql),
+        };
+        // The begin statements hold no `;` of their own.
+        let ran = collect(self.conn()?, query, begin.split(';').count()).await;
+        self.check(ran)
+    }
+}
+
+/// Runs `query`, whose first `skip` statements are a batch member's begin: the rows of the
+/// rest and the rows they changed (SQLite reports, for a `BEGIN` or `SAVEPOINT`, the change
+/// count of an earlier statement, so theirs are not counted).
+async fn collect<'q>(
+    conn: &mut AnyConnection,
+    query: Query<'q, Any, AnyArguments<'q>>,
+    mut skip: usize,
+) -> Result<Ran, sqlx::Error> {
+    let mut steps = conn.fetch_many(query);
+    let mut ran = Ran::default();
+    while let Some(step) = steps.try_next().await? {
+        match step {
+            Either::Left(_) if skip > 0 => skip -= 1,
+            Either::Left(done) => ran.rows_affected += done.rows_affected(),
+            Either::Right(row) => ran.rows.push(row),
+        }
+    }
+    Ok(ran)
+}
+
+/// What a query sent with a batch member's begin returned ([`Tx::after_begin`]).
+#[derive(Default)]
+struct Ran {
+    rows: Vec<AnyRow>,
+    rows_affected: u64,
 }
