@@ -63,8 +63,8 @@ impl TokenOpeningKey {
 
     /// The matching public key agents seal to.
     pub fn public_key(&self) -> Result<[u8; 32], SealError> {
-        let private = PrivateKey::from_private_key(&X25519, &self.0)
-            .map_err(|_| SealError::RecipientKey)?;
+        let private =
+            PrivateKey::from_private_key(&X25519, &self.0).map_err(|_| SealError::RecipientKey)?;
         public_of(&private).ok_or(SealError::RecipientKey)
     }
 }
@@ -171,14 +171,13 @@ impl TokenOpener {
             return Err(TokenError::Sealed);
         }
         let (enc, ciphertext) = sealed.split_at(ENC_LEN);
-        let shared_secret = encapsulated(&self.private, enc, enc, &self.public)
-            .ok_or(TokenError::Sealed)?;
-        let key = aead_key(&shared_secret, &self.context).ok_or(TokenError::Sealed)?;
+        let shared_secret =
+            encapsulated(&self.private, enc, enc, &self.public).ok_or(TokenError::Sealed)?;
+        let (key, nonce) = aead_key(&shared_secret, &self.context).ok_or(TokenError::Sealed)?;
         let mut text = Zeroizing::new(ciphertext.to_vec());
         let len = key
-            .0
             .open_in_place(
-                Nonce::assume_unique_for_key(key.1),
+                Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad),
                 &mut text,
             )
@@ -359,8 +358,7 @@ mod tests {
 
     fn vector_opener(v: &Vector) -> TokenOpener {
         let sk: [u8; 32] = unhex(v.sk_rm).try_into().unwrap();
-        TokenOpener::with_context(TokenOpeningKey::from_bytes(sk), context(&unhex(v.info)))
-            .unwrap()
+        TokenOpener::with_context(TokenOpeningKey::from_bytes(sk), context(&unhex(v.info))).unwrap()
     }
 
     #[test]
@@ -482,7 +480,11 @@ mod tests {
             Err(TokenError::Sealed),
             "another CSR"
         );
-        assert_eq!(fresh().open(&sealed, &csr), Err(TokenError::Sealed), "another key");
+        assert_eq!(
+            fresh().open(&sealed, &csr),
+            Err(TokenError::Sealed),
+            "another key"
+        );
         // Each seal has its own ephemeral key.
         assert_ne!(seal_token(&public, &token(), &csr).unwrap(), sealed);
     }
@@ -559,7 +561,10 @@ mod tests {
         let csr = [3u8; 32];
         let sealed = seal_token(&public, &token(), &csr).unwrap();
         assert_eq!(
-            TokenOpener::new(again).unwrap().open(&sealed, &csr).unwrap(),
+            TokenOpener::new(again)
+                .unwrap()
+                .open(&sealed, &csr)
+                .unwrap(),
             token()
         );
     }
