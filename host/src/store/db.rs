@@ -181,16 +181,21 @@ impl Db {
     /// (`runtime::guest`), and a connection the pool opened there would register its socket
     /// with that runtime's I/O driver and break when a reload retires that attestor's version
     /// and shuts its runtime down ("a Tokio context … is being shutdown", a storage error for
-    /// whichever join used it next). Statements on it may then run from any runtime.
+    /// whichever join used it next). Statements on it may then run from any runtime. A caller
+    /// already on the host's runtime (a join whose call runs on its own thread, the usual case)
+    /// acquires directly, without a task spawned there and awaited.
     pub async fn read(&self) -> Result<Tx, StoreError> {
-        let (reads, backend) = (self.reads.clone(), self.backend);
-        let acquire = async move { Tx::autocommit(&reads, backend).await };
+        let elsewhere = |home: &tokio::runtime::Handle| {
+            tokio::runtime::Handle::try_current().map_or(true, |here| here.id() != home.id())
+        };
         match &self.home {
-            Some(home) => home
-                .spawn(acquire)
-                .await
-                .map_err(|_| StoreError::Query(sqlx::Error::PoolClosed))?,
-            None => acquire.await,
+            Some(home) if elsewhere(home) => {
+                let (reads, backend) = (self.reads.clone(), self.backend);
+                home.spawn(async move { Tx::autocommit(&reads, backend).await })
+                    .await
+                    .map_err(|_| StoreError::Query(sqlx::Error::PoolClosed))?
+            }
+            _ => Tx::autocommit(&self.reads, self.backend).await,
         }
     }
 
