@@ -203,17 +203,25 @@ fn seal_base(
     let shared_secret =
         encapsulated(sender, recipient, &enc, recipient).ok_or(SealError::RecipientKey)?;
     let (key, nonce) = aead_key(&shared_secret, context).ok_or(SealError::Seal)?;
+    // Sealed in place in the output, after `enc`: no other copy of the plaintext is made.
     let mut out = Vec::with_capacity(ENC_LEN + text.len() + CHACHA20_POLY1305.tag_len());
     out.extend_from_slice(&enc);
-    let mut sealed = text.to_vec();
-    key.seal_in_place_append_tag(
+    out.extend_from_slice(text);
+    let sealed = key.seal_in_place_separate_tag(
         Nonce::assume_unique_for_key(nonce),
         Aad::from(aad),
-        &mut sealed,
-    )
-    .map_err(|_| SealError::Seal)?;
-    out.extend_from_slice(&sealed);
-    Ok(out)
+        &mut out[ENC_LEN..],
+    );
+    match sealed {
+        Ok(tag) => {
+            out.extend_from_slice(tag.as_ref());
+            Ok(out)
+        }
+        Err(_) => {
+            out.zeroize(); // It may still hold the plaintext.
+            Err(SealError::Seal)
+        }
+    }
 }
 
 /// DHKEM's shared secret: the X25519 exchange of `private` with `peer`, extracted and
