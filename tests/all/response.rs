@@ -99,5 +99,17 @@ async fn a_sealed_token_opens_only_for_its_own_csr() {
         host.refusal_reasons().await,
         vec!["token-unsealable".to_owned()]
     );
+    // Nothing was spent or issued: the token's one use still admits a machine, the only node.
+    let mut tx = host.running.db.begin().await.unwrap();
+    assert!(tx.list_nodes().await.unwrap().is_empty());
+    assert_eq!(
+        tx.lock_token(&token.id).await.unwrap().unwrap().uses_left,
+        1
+    );
+    tx.commit().await.unwrap();
+    host.join_node_with(&token).await.unwrap();
+    let mut tx = host.running.db.begin().await.unwrap();
+    assert_eq!(tx.list_nodes().await.unwrap().len(), 1);
+    tx.commit().await.unwrap();
     host.stop().await;
 }
