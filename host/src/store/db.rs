@@ -33,8 +33,16 @@ const SQLITE_CONNECTIONS: u32 = 1;
 /// Set on every new SQLite connection. WAL lets readers of other processes (the CLI) run
 /// beside the writer; `synchronous` stays FULL so a committed token use or certificate row
 /// survives a power loss.
+///
+/// `temp_store = MEMORY` keeps each batch's statement journal (the pages its members'
+/// savepoints may roll back, see [`super::group`]) in memory. By default SQLite spills it past
+/// 64 KiB to a file it creates, writes and unlinks in `/var/tmp` for every batch: system calls
+/// under the write lock, for a file that is never read unless a member rolls back, and that
+/// nothing needs after a crash (the batch's own rollback is the WAL's). It holds the batch's
+/// original pages once each per member, bounded like the batch itself.
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; \
-                              PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL;";
+                              PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL; \
+                              PRAGMA temp_store = MEMORY;";
 
 /// Set on every connection of SQLite's read pool: WAL readers run beside the one writer, and
 /// this pool never writes.

@@ -107,7 +107,7 @@ async fn migrations_apply_twice_idempotently() {
 }
 
 #[tokio::test]
-async fn sqlite_is_wal_with_foreign_keys() {
+async fn sqlite_connections_get_their_settings() {
     let t = testing::sqlite().await;
     let mut conn = t.db.connections().acquire().await.unwrap();
     let mode = sqlx::query("PRAGMA journal_mode")
@@ -125,6 +125,18 @@ async fn sqlite_is_wal_with_foreign_keys() {
         .await
         .unwrap();
     assert_eq!(busy.get::<i64, _>(0), 5000);
+    // FULL (2): a commit is on disk before a join is answered.
+    let synchronous = sqlx::query("PRAGMA synchronous")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(synchronous.get::<i64, _>(0), 2);
+    // MEMORY (2): a batch's statement journal never goes to a temporary file.
+    let temp_store = sqlx::query("PRAGMA temp_store")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(temp_store.get::<i64, _>(0), 2);
 }
 
 #[tokio::test]
