@@ -115,28 +115,20 @@ async fn sqlite_connections_get_their_settings() {
         .await
         .unwrap();
     assert_eq!(mode.get::<String, _>(0), "wal");
-    let fk = sqlx::query("PRAGMA foreign_keys")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(fk.get::<i64, _>(0), 1);
-    let busy = sqlx::query("PRAGMA busy_timeout")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(busy.get::<i64, _>(0), 5000);
-    // FULL (2): a commit is on disk before a join is answered.
-    let synchronous = sqlx::query("PRAGMA synchronous")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(synchronous.get::<i64, _>(0), 2);
-    // MEMORY (2): a batch's statement journal never goes to a temporary file.
-    let temp_store = sqlx::query("PRAGMA temp_store")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(temp_store.get::<i64, _>(0), 2);
+    // synchronous FULL (2): a commit is on disk before a join is answered. temp_store MEMORY
+    // (2): a commit batch's statement journal never goes to a temporary file.
+    for (pragma, expected) in [
+        ("foreign_keys", 1),
+        ("busy_timeout", 5000),
+        ("synchronous", 2),
+        ("temp_store", 2),
+    ] {
+        let row = sqlx::query(&format!("PRAGMA {pragma}"))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(row.get::<i64, _>(0), expected, "PRAGMA {pragma}");
+    }
 }
 
 #[tokio::test]
