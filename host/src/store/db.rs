@@ -38,8 +38,9 @@ const SQLITE_CONNECTIONS: u32 = 1;
 /// savepoints may roll back, see [`super::group`]) in memory. By default SQLite spills it past
 /// 64 KiB to a file it creates, writes and unlinks in `/var/tmp` for every batch: system calls
 /// under the write lock, for a file that is never read unless a member rolls back, and that
-/// nothing needs after a crash (the batch's own rollback is the WAL's). It holds the batch's
-/// original pages once each per member, bounded like the batch itself.
+/// nothing needs after a crash (the batch's own rollback is the WAL's). It holds, per member,
+/// the original of each page that member changes: the same order of memory as the dirty pages
+/// SQLite already keeps for the batch, which grows with the write transactions in flight.
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; \
                               PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL; \
                               PRAGMA temp_store = MEMORY;";
