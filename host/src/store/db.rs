@@ -9,6 +9,7 @@ use std::time::Duration;
 use sqlx::Executor;
 use sqlx::any::AnyPoolOptions;
 
+use super::checkpoint::{Checkpointer, writer_backstop_pages};
 use super::group::GroupCommit;
 use super::lease::Connections;
 use super::{StoreError, Tx, migrate};
@@ -41,9 +42,15 @@ const SQLITE_CONNECTIONS: u32 = 1;
 /// nothing needs after a crash (the batch's own rollback is the WAL's). It holds, per member,
 /// the original of each page that member changes: the same order of memory as the dirty pages
 /// SQLite already keeps for the batch, which grows with the write transactions in flight.
-const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; \
-                              PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL; \
-                              PRAGMA temp_store = MEMORY;";
+///
+/// `wal_autocheckpoint` is only a backstop: a [`Checkpointer`] on a connection of its own copies
+/// the WAL into the database file, so a checkpoint's `fsync` does not hold up every join.
+const SQLITE_PRAGMAS: &str = concat!(
+    "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000; ",
+    "PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = ",
+    writer_backstop_pages!(),
+    ";"
+);
 
 /// Set on every connection of SQLite's read pool: WAL readers run beside the one writer, and
 /// this pool never writes.
@@ -96,6 +103,8 @@ pub struct Db {
     backend: Backend,
     /// SQLite's commit batches over its one write connection ([`super::group`]).
     group: Option<Arc<GroupCommit>>,
+    /// SQLite's checkpoints, beside the write connection ([`super::checkpoint`]).
+    checkpointer: Option<Arc<Checkpointer>>,
     /// The runtime the pools were made on (the host's), where [`Db::read`] acquires.
     home: Option<tokio::runtime::Handle>,
 }
@@ -143,12 +152,24 @@ impl Db {
             .connect_lazy(url)
             .map_err(StoreError::Connect)?;
         let reads = Connections::new(reads);
-        let group = (backend == Backend::Sqlite).then(|| GroupCommit::new(pool.clone()));
+        let (group, checkpointer) = match backend {
+            Backend::Sqlite => {
+                let checkpointer = Arc::new(
+                    Checkpointer::start(url)
+                        .await
+                        .map_err(StoreError::Connect)?,
+                );
+                let group = GroupCommit::new(pool.clone(), checkpointer.clone());
+                (Some(group), Some(checkpointer))
+            }
+            Backend::Postgres => (None, None),
+        };
         Ok(Db {
             pool,
             reads,
             backend,
             group,
+            checkpointer,
             home: tokio::runtime::Handle::try_current().ok(),
         })
     }
@@ -208,8 +229,13 @@ impl Db {
         }
     }
 
-    /// Closes every connection, waiting for checked-out ones to come back.
+    /// Closes every connection, waiting for checked-out ones to come back. The write
+    /// connection closes last: on SQLite, its close checkpoints what is left of the WAL and
+    /// removes it.
     pub async fn close(&self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.stop().await;
+        }
         self.reads.close().await;
         self.pool.close().await;
     }

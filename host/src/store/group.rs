@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use sqlx::{AnyConnection, Executor};
 use tokio::sync::oneshot;
 
+use super::checkpoint::Checkpointer;
 use super::lease::Connections;
 
 /// Opens a batch and the first member's savepoint in one round trip.
@@ -52,6 +53,8 @@ pub(super) const ROLLBACK_MEMBER: &str = "ROLLBACK TO tx; RELEASE tx";
 #[derive(Debug)]
 pub(super) struct GroupCommit {
     pool: Arc<Connections>,
+    /// Told of every committed batch, to copy the WAL into the database file soon after.
+    checkpointer: Arc<Checkpointer>,
     batch: Mutex<Batch>,
 }
 
@@ -73,9 +76,10 @@ pub(super) type Committed = oneshot::Receiver<Result<(), String>>;
 
 impl GroupCommit {
     /// Batches for the write pool `pool`, which must hold a single connection.
-    pub(super) fn new(pool: Arc<Connections>) -> Arc<Self> {
+    pub(super) fn new(pool: Arc<Connections>, checkpointer: Arc<Checkpointer>) -> Arc<Self> {
         Arc::new(Self {
             pool,
+            checkpointer,
             batch: Mutex::default(),
         })
     }
@@ -187,6 +191,9 @@ impl GroupCommit {
             let mut batch = self.batch();
             batch.open = false;
             batch.committed += u64::from(outcome.is_ok());
+        }
+        if outcome.is_ok() {
+            self.checkpointer.committed();
         }
         for member in members {
             let _ = member.send(outcome.clone());

@@ -27,6 +27,7 @@ macro_rules! postgres_now {
 }
 
 mod admins;
+mod checkpoint;
 mod db;
 mod decode;
 mod error;

@@ -45,10 +45,20 @@ impl Drop for TestDb {
     }
 }
 
+impl TestDb {
+    /// The SQLite database's file; `None` on Postgres.
+    pub(super) fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        self._dir.as_ref().map(|dir| dir.path().join(SQLITE_FILE))
+    }
+}
+
+/// The name of a scratch SQLite database's file in its directory.
+const SQLITE_FILE: &str = "gatehouse.db";
+
 /// A migrated SQLite file in a fresh temporary directory.
 pub(super) async fn sqlite() -> TestDb {
     let dir = tempfile::tempdir().unwrap();
-    let url = sqlite_url(&dir.path().join("gatehouse.db")).unwrap();
+    let url = sqlite_url(&dir.path().join(SQLITE_FILE)).unwrap();
     let db = Db::connect(&url).await.unwrap();
     db.migrate().await.unwrap();
     TestDb {

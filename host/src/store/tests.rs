@@ -122,6 +122,8 @@ async fn sqlite_connections_get_their_settings() {
         ("busy_timeout", 5000),
         ("synchronous", 2),
         ("temp_store", 2),
+        // Only a backstop: the checkpointer copies the WAL (the next test).
+        ("wal_autocheckpoint", checkpoint::writer_backstop_pages!()),
     ] {
         let row = sqlx::query(&format!("PRAGMA {pragma}"))
             .fetch_one(&mut *conn)
@@ -129,6 +131,65 @@ async fn sqlite_connections_get_their_settings() {
             .unwrap();
         assert_eq!(row.get::<i64, _>(0), expected, "PRAGMA {pragma}");
     }
+}
+
+/// The length of the file at `path` once it is at least `at_least`, or after `wait`.
+async fn settled_len(path: &std::path::Path, at_least: u64, wait: Duration) -> u64 {
+    let len = || std::fs::metadata(path).map_or(0, |m| m.len());
+    let deadline = tokio::time::Instant::now() + wait;
+    while len() < at_least && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    len()
+}
+
+#[tokio::test]
+async fn sqlite_wal_reaches_the_database_file_beside_the_writer() {
+    let t = testing::sqlite().await;
+    let file = t.sqlite_file().unwrap();
+    let before = std::fs::metadata(&file).unwrap().len();
+    // 64 values of 16 KiB: some 256 pages, far below the write connection's own
+    // checkpoint, so only the checkpointer can move them into the file while every
+    // connection stays open.
+    let value = vec![0x5a; 16 * 1024];
+    for i in 0..64 {
+        let mut tx = t.db.begin().await.unwrap();
+        tx.kv_put("a", &format!("k{i}"), &value).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let grown = before + 64 * 16 * 1024;
+    let after = settled_len(&file, grown, Duration::from_secs(10)).await;
+    assert!(after >= grown, "{before} -> {after} bytes, wanted {grown}");
+    // And the file holds them: a connection of the read pool sees every value.
+    let mut read = t.db.read().await.unwrap();
+    for i in [0, 63] {
+        assert_eq!(
+            read.kv_get("a", &format!("k{i}")).await.unwrap(),
+            Some(value.clone())
+        );
+    }
+}
+
+/// How many of this process's file descriptors are open on `path`.
+fn descriptors_on(path: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target == path)
+        .count()
+}
+
+#[tokio::test]
+async fn closing_a_sqlite_db_closes_the_checkpointers_connection_too() {
+    let t = testing::sqlite().await;
+    let mut tx = t.db.begin().await.unwrap();
+    tx.kv_put("a", "k", b"v").await.unwrap();
+    tx.commit().await.unwrap();
+    let file = std::fs::canonicalize(t.sqlite_file().unwrap()).unwrap();
+    // The write connection's and the checkpointer's, at least.
+    assert!(descriptors_on(&file) >= 2);
+    t.db.close().await;
+    assert_eq!(descriptors_on(&file), 0, "a connection is still open");
 }
 
 #[tokio::test]
