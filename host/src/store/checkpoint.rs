@@ -3,11 +3,11 @@
 //! By default SQLite checkpoints from the connection that commits, once the WAL holds 1,000
 //! pages: that commit copies them into the database file and waits for the file's `fsync`
 //! before it returns. Here that connection is the one every write transaction waits for
-//! ([`super::group`]), so every join in flight waited behind the copy; with 100,000 nodes the
-//! `fsync` alone took up to 41 ms. So the write connection checkpoints only as a backstop
-//! ([`WRITER_BACKSTOP_PAGES`]), and a task on a connection of its own runs a `PASSIVE`
-//! checkpoint [`PAUSE`] after commits. A passive checkpoint takes no lock a writer needs:
-//! commits go on while it copies and syncs.
+//! ([`super::group`]), so every join in flight waited behind the copy and the `fsync` (3–4 ms
+//! with 100,000 nodes; see the README's Benchmarks). So the write connection checkpoints only
+//! as a backstop ([`writer_backstop_pages!`]), and a task on a connection of its own runs a
+//! `PASSIVE` checkpoint [`PAUSE`] after commits. A passive checkpoint takes no lock a writer
+//! needs: commits go on while it copies and syncs.
 //!
 //! What bounds the WAL: SQLite starts the WAL over at a write transaction that begins with
 //! every frame copied, which a busy writer, opening its next batch as the last one commits,
