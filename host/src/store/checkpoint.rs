@@ -46,9 +46,8 @@ const SETTINGS: &str = "PRAGMA busy_timeout = 5000; PRAGMA query_only = ON;";
 pub(super) struct Checkpointer {
     /// Told after each committed batch.
     committed: Arc<Notify>,
-    /// Dropping or sending ends the task.
-    stop: Mutex<Option<oneshot::Sender<()>>>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    /// The task and what ends it (sending, or dropping the sender); `None` once stopped.
+    running: Mutex<Option<(oneshot::Sender<()>, JoinHandle<()>)>>,
 }
 
 impl Checkpointer {
@@ -61,8 +60,7 @@ impl Checkpointer {
         let task = tokio::spawn(run(conn, committed.clone(), stopped));
         Ok(Checkpointer {
             committed,
-            stop: Mutex::new(Some(stop)),
-            task: Mutex::new(Some(task)),
+            running: Mutex::new(Some((stop, task))),
         })
     }
 
@@ -73,20 +71,13 @@ impl Checkpointer {
 
     /// Ends the task, after the checkpoint it may be running, and closes its connection.
     pub(super) async fn stop(&self) {
-        if let Some(stop) = self
-            .stop
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            let _ = stop.send(());
-        }
-        let task = self
-            .task
+        let running = self
+            .running
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(task) = task {
+        if let Some((stop, task)) = running {
+            let _ = stop.send(());
             let _ = task.await;
         }
     }

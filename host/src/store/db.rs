@@ -103,8 +103,6 @@ pub struct Db {
     backend: Backend,
     /// SQLite's commit batches over its one write connection ([`super::group`]).
     group: Option<Arc<GroupCommit>>,
-    /// SQLite's checkpoints, beside the write connection ([`super::checkpoint`]).
-    checkpointer: Option<Arc<Checkpointer>>,
     /// The runtime the pools were made on (the host's), where [`Db::read`] acquires.
     home: Option<tokio::runtime::Handle>,
 }
@@ -152,24 +150,20 @@ impl Db {
             .connect_lazy(url)
             .map_err(StoreError::Connect)?;
         let reads = Connections::new(reads);
-        let (group, checkpointer) = match backend {
+        let group = match backend {
             Backend::Sqlite => {
-                let checkpointer = Arc::new(
-                    Checkpointer::start(url)
-                        .await
-                        .map_err(StoreError::Connect)?,
-                );
-                let group = GroupCommit::new(pool.clone(), checkpointer.clone());
-                (Some(group), Some(checkpointer))
+                let checkpointer = Checkpointer::start(url)
+                    .await
+                    .map_err(StoreError::Connect)?;
+                Some(GroupCommit::new(pool.clone(), Arc::new(checkpointer)))
             }
-            Backend::Postgres => (None, None),
+            Backend::Postgres => None,
         };
         Ok(Db {
             pool,
             reads,
             backend,
             group,
-            checkpointer,
             home: tokio::runtime::Handle::try_current().ok(),
         })
     }
@@ -233,8 +227,8 @@ impl Db {
     /// connection closes last: on SQLite, its close checkpoints what is left of the WAL and
     /// removes it.
     pub async fn close(&self) {
-        if let Some(checkpointer) = &self.checkpointer {
-            checkpointer.stop().await;
+        if let Some(group) = &self.group {
+            group.stop_checkpoints().await;
         }
         self.reads.close().await;
         self.pool.close().await;

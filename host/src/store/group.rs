@@ -200,6 +200,12 @@ impl GroupCommit {
         }
     }
 
+    /// Ends the checkpoints that follow its commits ([`Checkpointer::stop`]), before the
+    /// connections close.
+    pub(super) async fn stop_checkpoints(&self) {
+        self.checkpointer.stop().await;
+    }
+
     /// Batches committed so far (each one `COMMIT`, however many transactions it held).
     #[cfg(test)]
     pub(super) fn committed(&self) -> u64 {
