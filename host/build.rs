@@ -3,8 +3,8 @@
 //! each, which `src/app.rs` includes.
 //!
 //! The nested cargo builds only packages of the components' workspace (`attestors/Cargo.toml`),
-//! which depend on the SDK and never on this crate, so building the host does not recurse; one
-//! build makes every built-in attestor (the benchmark's component is `bench/`'s to build).
+//! which depend on the SDK and never on this crate, so building the host does not recurse (the
+//! benchmark's component is `bench/`'s to build).
 
 /// The attestors built into the host.
 const BUILTIN: &[&str] = &[

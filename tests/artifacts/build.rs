@@ -1,5 +1,5 @@
-//! Builds every fixture in `tests/fixtures` and the built-in attestors into components (one
-//! nested cargo over the components' workspace, `attestors/Cargo.toml`), the third-party
+//! Builds every fixture in `tests/fixtures` and the built-in attestors into components (nested
+//! cargo builds in the components' workspace, `attestors/Cargo.toml`), the third-party
 //! example (`examples/attestor`, its own workspace, and `examples/agent`, its native machine
 //! side), and writes `$OUT_DIR/components.rs`: a `pub const <NAME>: &str` path per artifact and
 //! the `foreach_fixture!` macro.

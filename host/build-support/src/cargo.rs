@@ -66,7 +66,14 @@ pub(crate) struct Artifact {
     pub(crate) file: PathBuf,
 }
 
-/// Runs one nested `cargo build` of `packages` and returns what it built of them, in order.
+/// Runs a nested `cargo build` of each of `packages` and returns what it built of them, in
+/// order.
+///
+/// Each package is a build of its own, so cargo resolves its dependencies' features for it
+/// alone, as its author's `cargo build -p` would: within one build cargo unifies features, and
+/// a component that leaves out the standard library (`gatehouse_sdk::no_std_runtime!`) would
+/// get it back from a neighbour that enables, say, serde's `std`. Packages with the same
+/// dependencies share the compiled ones in the target directory.
 pub(crate) fn build(
     cargo: &str,
     workspace: &Path,
@@ -74,7 +81,21 @@ pub(crate) fn build(
     kind: Kind,
     packages: &[&str],
 ) -> Result<Vec<Artifact>, BuildError> {
-    let mut command = build_command(cargo, workspace, target_dir, kind, packages);
+    packages
+        .iter()
+        .map(|package| build_one(cargo, workspace, target_dir, kind, package))
+        .collect()
+}
+
+/// Runs the nested `cargo build` of `package` and returns what it built.
+fn build_one(
+    cargo: &str,
+    workspace: &Path,
+    target_dir: &Path,
+    kind: Kind,
+    package: &str,
+) -> Result<Artifact, BuildError> {
+    let mut command = build_command(cargo, workspace, target_dir, kind, package);
     // Diagnostics are rendered to stderr, which cargo shows when the build script fails; the
     // JSON messages on stdout name the artifacts.
     command.stdout(Stdio::piped()).stderr(Stdio::inherit());
@@ -95,23 +116,18 @@ pub(crate) fn build(
         command: described,
         detail,
     })?;
-    packages
-        .iter()
-        .map(|package| {
-            // A lib target is named after its package, `-` read as `_` (every component crate
-            // here keeps the default lib name); a binary is named after its package.
-            let crate_name = package.replace('-', "_");
-            artifacts
-                .iter()
-                .rfind(|artifact| artifact.package.replace('-', "_") == crate_name)
-                .map(|artifact| Artifact {
-                    package: (*package).to_owned(),
-                    manifest: artifact.manifest.clone(),
-                    file: artifact.file.clone(),
-                })
-                .ok_or_else(|| BuildError::NoComponent((*package).to_owned()))
+    // A lib target is named after its package, `-` read as `_` (every component crate here
+    // keeps the default lib name); a binary is named after its package.
+    let crate_name = package.replace('-', "_");
+    artifacts
+        .into_iter()
+        .rfind(|artifact| artifact.package.replace('-', "_") == crate_name)
+        .map(|artifact| Artifact {
+            package: package.to_owned(),
+            manifest: artifact.manifest,
+            file: artifact.file,
         })
-        .collect()
+        .ok_or_else(|| BuildError::NoComponent(package.to_owned()))
 }
 
 /// The nested `cargo build`, with the outer build's flags, wrappers and directories removed.
@@ -120,7 +136,7 @@ fn build_command(
     workspace: &Path,
     target_dir: &Path,
     kind: Kind,
-    packages: &[&str],
+    package: &str,
 ) -> Command {
     let mut command = Command::new(cargo);
     command.arg("build").arg("--manifest-path").arg(workspace);
@@ -128,11 +144,9 @@ fn build_command(
         command.args(["--target", TARGET, "--profile", PROFILE]);
     }
     command.args(["--message-format", "json-render-diagnostics"]);
-    for package in packages {
-        command.args(["-p", package]);
-        if kind == Kind::Binary {
-            command.args(["--bin", package]);
-        }
+    command.args(["-p", package]);
+    if kind == Kind::Binary {
+        command.args(["--bin", package]);
     }
     for name in SCRUBBED {
         command.env_remove(name);
@@ -250,19 +264,19 @@ mod tests {
             Path::new("/w/Cargo.toml"),
             Path::new("/w/target/components"),
             Kind::Component,
-            &["a", "b"],
+            "a",
         );
         assert_eq!(
             describe(&command),
             "cargo build --manifest-path /w/Cargo.toml --target wasm32-wasip2 \
-             --profile component --message-format json-render-diagnostics -p a -p b"
+             --profile component --message-format json-render-diagnostics -p a"
         );
         let native = build_command(
             "cargo",
             Path::new("/w/Cargo.toml"),
             Path::new("/w/target/components"),
             Kind::Binary,
-            &["a"],
+            "a",
         );
         assert_eq!(
             describe(&native),

@@ -5,9 +5,10 @@
 //! live in workspaces of their own, outside the root one (`attestors/Cargo.toml`: the
 //! attestors, the test fixtures and the benchmark component; `examples/attestor`: the
 //! third-party example), so a component crate never shares a feature set with the host's build.
-//! [`build_components`] runs one nested
-//! `cargo build --target wasm32-wasip2 --profile component` over such a workspace (wasip2
-//! output is already a component: no adapter), then copies each component into the calling
+//! [`build_components`] runs a nested
+//! `cargo build --target wasm32-wasip2 --profile component -p <package>` in such a workspace for
+//! each package (wasip2 output is already a component: no adapter; one build a package, so
+//! each component gets its own dependencies' features), then copies each component into the calling
 //! build script's `OUT_DIR` and prints the `cargo:rerun-if-changed` lines that make the build
 //! script run again when a source changes. [`build_binaries`] does the same for native
 //! executables (the example's agent-side producer). [`embed_components`] writes the table of
@@ -60,8 +61,8 @@ pub struct Built {
 }
 
 /// Builds `packages` (packages of the workspace whose root manifest is `workspace`, relative
-/// to the calling package's directory, each with a `cdylib` target) into components with one
-/// nested cargo in `<outer target dir>/components`, in the order given. Meant for build
+/// to the calling package's directory, each with a `cdylib` target) into components, a nested
+/// cargo build each in `<outer target dir>/components`, in the order given. Meant for build
 /// scripts: it panics with the reason when the build fails, including when the
 /// `wasm32-wasip2` target is not installed.
 pub fn build_components(workspace: &Path, packages: &[&str]) -> Vec<Built> {
