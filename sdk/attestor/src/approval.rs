@@ -43,6 +43,8 @@ use crate::{
     Approval, Context, Deferral, JoinRequest, JoinRequestRow, JoinRequestState, Refusal, hex,
     reason,
 };
+use alloc::format;
+use alloc::string::String;
 
 /// What the key/value entry holds once the approval admitted the machine.
 const USED_PREFIX: &str = "used:";

@@ -5,6 +5,8 @@ use crate::{
     SignatureScheme, TimestampMs, Token, TpmCredential, TpmError, TpmPcrValue, TpmPublicInfo,
     TxError, UseError, VerifiedChain, Workflow,
 };
+use alloc::string::String;
+use alloc::vec::Vec;
 
 /// An attestor: decides, from one round's evidence, whether a machine may join and as whom.
 ///

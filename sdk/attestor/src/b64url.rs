@@ -1,6 +1,8 @@
 //! Unpadded base64url, the encoding of byte strings inside JSON evidence (the same alphabet as
 //! Gatehouse's wire format).
 
+use alloc::string::String;
+use alloc::vec::Vec;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 

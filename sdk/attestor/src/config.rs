@@ -1,5 +1,7 @@
 //! Parsing an attestor's configuration.
 
+use alloc::format;
+use alloc::string::String;
 use serde::de::DeserializeOwned;
 
 /// Parses the configuration text the host passes to [`crate::Attestor::configure`] (the JSON

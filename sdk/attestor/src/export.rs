@@ -2,7 +2,9 @@
 //! implementation for any [`Attestor`], and the [`Tx`]/[`Crypto`] implementations that call
 //! the host's imports.
 
-use std::marker::PhantomData;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::marker::PhantomData;
 
 use crate::wit::better_compute::attestor::{crypto, prepared, tpm, transaction};
 use crate::wit::exports::better_compute::attestor::verifier::Guest;

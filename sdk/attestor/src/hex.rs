@@ -1,6 +1,8 @@
 //! Lowercase hexadecimal, the form ledger subjects, key/value keys and binding values usually
 //! take.
 
+use alloc::string::String;
+
 /// Encodes bytes as lowercase hex.
 ///
 /// ```

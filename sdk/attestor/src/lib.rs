@@ -65,6 +65,10 @@
 //! # fn main() {}
 //! ```
 
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
 pub mod approval;
 mod attestor;
 pub mod b64url;
@@ -73,6 +77,7 @@ mod ct;
 pub mod evidence;
 mod export;
 pub mod hex;
+mod no_std;
 mod outcome;
 pub mod reason;
 pub mod token;
@@ -113,8 +118,11 @@ pub use wit::better_compute::attestor::types::{
 
 #[doc(hidden)]
 pub mod __private {
-    //! What [`export_attestor!`](crate::export_attestor) expands to. Not part of the API.
+    //! What [`export_attestor!`](crate::export_attestor) and
+    //! [`no_std_runtime!`](crate::no_std_runtime) expand to. Not part of the API.
     pub use crate::export::Export;
+    #[cfg(target_arch = "wasm32")]
+    pub use crate::no_std::{LibcMalloc, cabi_realloc};
 }
 
 /// Exports a type implementing [`Attestor`] as the component's `verifier`.

@@ -1,6 +1,8 @@
 //! Building outcomes: the [`refuse`] builder and conversions into [`Outcome`].
 
 use crate::{AttestationResult, Deferral, NodeKeyAttestation, Outcome, Refusal, TxError, reason};
+use alloc::string::String;
+use alloc::vec::Vec;
 
 /// A refusal with `reason` (one of the [`reason`] codes or a well-formed one of the
 /// attestor's own) and nothing else known; add what is known with [`Refusal::token`],

@@ -21,6 +21,7 @@ use crate::{
     AttestationResult, Context, JoinRequest, JoinRole, NodeKeyAttestation, Refusal, Token,
     TokenRole, constant_time_eq, reason, refuse,
 };
+use alloc::format;
 
 /// The request's token, locked for the round and checked as join-token checks it: the secret
 /// in constant time, revocation, expiry by database time, a use left, and a role that admits

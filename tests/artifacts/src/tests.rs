@@ -92,6 +92,14 @@ fn join_token() {
     );
     // It does not set `Attestor::PREPARED`: it still loads on a 0.2.0 host.
     assert!(!surface.imports.contains(&PREPARED.to_owned()));
+    // It is built without the standard library (`gatehouse_sdk::no_std_runtime!`), so it
+    // imports nothing from WASI: the host instantiates it faster on every join.
+    let wasi: Vec<_> = surface
+        .imports
+        .iter()
+        .filter(|import| import.starts_with("wasi:"))
+        .collect();
+    assert!(wasi.is_empty(), "join-token imports {wasi:?}");
 }
 
 /// cloud-iid keeps its parsed configuration (`Attestor::PREPARED`), so it imports `prepared`.
