@@ -136,9 +136,11 @@ pub struct TpmCertified {
 /// The data of one attestor call's `Store`.
 pub struct CallState<B> {
     table: ResourceTable,
-    wasi: WasiCtx,
+    /// Made at the guest's first WASI call: a component built without the standard library
+    /// imports no WASI (join-token, the attestor most joins go through), and a call that
+    /// never reaches WASI should not pay for a context.
+    wasi: Option<Wasi>,
     pub(crate) limiter: MemoryLimiter,
-    stderr: MemoryOutputPipe,
     /// Time spent inside host imports (awaiting the database), which the guest's execution
     /// deadline does not count: the database has its own timeouts.
     pub(crate) host_time: Duration,
@@ -151,20 +153,10 @@ pub struct CallState<B> {
 impl<B: TxBackend> CallState<B> {
     /// State for one call with a memory cap of `memory_bytes`.
     pub(crate) fn new(session: Option<Session<B>>, memory_bytes: usize) -> Self {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-        // Deny by default: no preopened directories, no environment or arguments, no stdin,
-        // no sockets or name lookups; stdout is discarded and stderr is captured for the log.
-        let wasi = WasiCtxBuilder::new()
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
         Self {
             table: ResourceTable::new(),
-            wasi,
+            wasi: None,
             limiter: MemoryLimiter::new(memory_bytes),
-            stderr,
             host_time: Duration::ZERO,
             session,
             prepared: Prepared::None,
@@ -178,7 +170,12 @@ impl<B: TxBackend> CallState<B> {
 
     /// Whatever the guest wrote to stderr during the call.
     pub(crate) fn stderr(&self) -> bytes_text::Text {
-        bytes_text::Text(self.stderr.contents().to_vec())
+        bytes_text::Text(
+            self.wasi
+                .as_ref()
+                .map(|wasi| wasi.stderr.contents().to_vec())
+                .unwrap_or_default(),
+        )
     }
 
     /// The session for one transaction operation: counts it and bounds the number of calls.
@@ -240,9 +237,30 @@ impl<B: TxBackend> crate::runtime::bindings::types::Host for CallState<B> {}
 impl<B: Send> WasiView for CallState<B> {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: &mut self.wasi.get_or_insert_with(Wasi::new).ctx,
             table: &mut self.table,
         }
+    }
+}
+
+/// A call's WASI context and the stderr it captures.
+struct Wasi {
+    ctx: WasiCtx,
+    stderr: MemoryOutputPipe,
+}
+
+impl Wasi {
+    fn new() -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        // Deny by default: no preopened directories, no environment or arguments, no stdin,
+        // no sockets or name lookups; stdout is discarded and stderr is captured for the log.
+        let ctx = WasiCtxBuilder::new()
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self { ctx, stderr }
     }
 }
 
