@@ -1,9 +1,9 @@
 //! The trait an attestor implements and the capabilities it decides with.
 
 use crate::{
-    CryptoError, Info, Inventory, JoinRequest, JoinRequestRow, Lease, Node, NodeCert, Outcome,
-    SignatureScheme, TimestampMs, Token, TpmCredential, TpmError, TpmPcrValue, TpmPublicInfo,
-    TxError, UseError, VerifiedChain, Workflow,
+    Calls, CryptoError, Info, Inventory, JoinRequest, JoinRequestRow, Lease, Node, NodeCert,
+    Outcome, SignatureScheme, TimestampMs, Token, TpmCredential, TpmError, TpmPcrValue,
+    TpmPublicInfo, TxError, UseError, VerifiedChain, Workflow,
 };
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -33,6 +33,14 @@ pub trait Attestor: Sized {
     /// Leave it `false` unless both are implemented; the component then does not import the
     /// `prepared` interface (WIT 0.2.1) at all.
     const PREPARED: bool = false;
+
+    /// The transaction and crypto functions the attestor calls (the SDK helpers it uses
+    /// included: [`Calls::TOKEN`], [`Calls::APPROVAL`]). Every one by default. Naming only
+    /// those it calls makes its component import only those, and the host links a
+    /// component's imports each time it instantiates it, so once per join (join-token names
+    /// [`Calls::TOKEN`]: 5 imports instead of 25). A call it does not name panics, naming the
+    /// function: a trap in the component, a failed test under the test kit's `Kit::round`.
+    const CALLS: Calls = Calls::all();
 
     /// Who the attestor is: its id, version and the most rounds a join through it takes.
     fn info() -> Info;

@@ -6,6 +6,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 
+use crate::calls::Declared;
 use crate::wit::better_compute::attestor::{crypto, prepared, tpm, transaction};
 use crate::wit::exports::better_compute::attestor::verifier::Guest;
 use crate::{
@@ -49,9 +50,12 @@ impl<T: Attestor> Guest for Export<T> {
         // whose attestor leaves it false never references `HostTpm` and so does not import the
         // `tpm` interface (tests/artifacts checks which components do).
         let tpm: &dyn Tpm = if T::TPM { &HostTpm } else { &NoTpm };
+        // `Declared` keeps the host functions `T::CALLS` leaves out unreferenced, so the
+        // component does not import them (see `crate::calls`).
+        let host_tx = HostTx(tx);
         let cx = Context {
-            tx: &HostTx(tx),
-            crypto: &HostCrypto,
+            tx: &Declared::<T, _>::new(&host_tx),
+            crypto: &Declared::<T, _>::new(&HostCrypto),
             tpm,
         };
         attestor.verify(&cx, &request)

@@ -72,6 +72,7 @@ extern crate alloc;
 pub mod approval;
 mod attestor;
 pub mod b64url;
+mod calls;
 pub mod config;
 mod ct;
 pub mod evidence;
@@ -100,6 +101,7 @@ pub mod wit {
 }
 
 pub use attestor::{Attestor, Context, Crypto, MAX_EK_ROOTS, NoTpm, Tpm, Tx};
+pub use calls::Calls;
 pub use ct::constant_time_eq;
 pub use outcome::refuse;
 
@@ -120,6 +122,7 @@ pub use wit::better_compute::attestor::types::{
 pub mod __private {
     //! What [`export_attestor!`](crate::export_attestor) and
     //! [`no_std_runtime!`](crate::no_std_runtime) expand to. Not part of the API.
+    pub use crate::calls::Declared;
     pub use crate::export::Export;
     #[cfg(target_arch = "wasm32")]
     pub use crate::no_std::{LibcMalloc, cabi_realloc};

@@ -69,6 +69,7 @@ pub use kit::{Kit, START};
 
 #[cfg(feature = "tpm")]
 mod kit {
+    use gatehouse_sdk::__private::Declared;
     use gatehouse_sdk::{Attestor, Context, JoinRequest, Outcome};
 
     use crate::{MemoryTx, SoftCrypto, SoftTpm};
@@ -115,7 +116,13 @@ mod kit {
         pub fn round<A: Attestor>(&self, attestor: &A, request: &JoinRequest) -> Outcome {
             let before = self.tx.snapshot();
             self.tx.set_csr_sha256(&request.csr_sha256);
-            let outcome = attestor.verify(&self.cx(), request);
+            // Held to the attestor's `Attestor::CALLS`, as the component is.
+            let cx = Context {
+                tx: &Declared::<A, _>::new(&self.tx),
+                crypto: &Declared::<A, _>::new(&self.crypto),
+                tpm: &self.tpm,
+            };
+            let outcome = attestor.verify(&cx, request);
             match &outcome {
                 Outcome::Admitted(_) => {}
                 Outcome::Refused(_) => self.tx.restore(before),

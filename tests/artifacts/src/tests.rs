@@ -3,10 +3,12 @@
 
 use wasmparser::{Encoding, Parser, Payload, Validator, WasmFeatures};
 
-/// A component's top-level import and export names.
+/// A component's top-level import and export names, and the host functions its core modules
+/// import (`interface#function`).
 struct Surface {
     imports: Vec<String>,
     exports: Vec<String>,
+    functions: Vec<String>,
 }
 
 /// Validates the component at `path` and returns its surface.
@@ -31,6 +33,7 @@ fn inspect(path: &str) -> Surface {
     let mut surface = Surface {
         imports: Vec::new(),
         exports: Vec::new(),
+        functions: Vec::new(),
     };
     // Nested modules and components are parsed inline; only depth 0 is the component's own.
     let mut depth = 0usize;
@@ -46,6 +49,18 @@ fn inspect(path: &str) -> Surface {
             Payload::ComponentExportSection(section) if depth == 0 => {
                 for export in section {
                     surface.exports.push(export.unwrap().name.name.to_owned());
+                }
+            }
+            // The core modules' imports of interface functions (the adapter modules' own are
+            // numbered, from the empty module name).
+            Payload::ImportSection(section) if depth == 1 => {
+                for import in section.into_imports() {
+                    let import = import.unwrap();
+                    if import.module.contains(':') {
+                        surface
+                            .functions
+                            .push(format!("{}#{}", import.module, import.name));
+                    }
                 }
             }
             _ => {}
@@ -100,6 +115,19 @@ fn join_token() {
         .filter(|import| import.starts_with("wasi:"))
         .collect();
     assert!(wasi.is_empty(), "join-token imports {wasi:?}");
+    // It names its calls (`Attestor::CALLS`), so it imports only the token checks' functions.
+    let mut functions = surface.functions.clone();
+    functions.sort();
+    assert_eq!(
+        functions,
+        [
+            "better-compute:attestor/crypto@0.2.1#sha256",
+            "better-compute:attestor/transaction@0.2.1#[method]tx.consume-token",
+            "better-compute:attestor/transaction@0.2.1#[method]tx.lock-token",
+            "better-compute:attestor/transaction@0.2.1#[method]tx.now",
+            "better-compute:attestor/transaction@0.2.1#[resource-drop]tx",
+        ]
+    );
 }
 
 /// cloud-iid keeps its parsed configuration (`Attestor::PREPARED`), so it imports `prepared`.
