@@ -153,6 +153,11 @@ fn try_build(workspace: &Path, kind: Kind, packages: &[&str]) -> Result<Vec<Buil
         .into_iter()
         .map(|artifact| {
             println!("cargo:rerun-if-changed={}", artifact.manifest.display());
+            // The package's directory, which cargo scans whole: a file the `.d` file does not
+            // list yet changes the build too (a new `build.rs`, which sets link arguments).
+            if let Some(package_dir) = artifact.manifest.parent() {
+                println!("cargo:rerun-if-changed={}", package_dir.display());
+            }
             let deps = read_depfile(&artifact.file)?;
             for dep in &deps {
                 println!("cargo:rerun-if-changed={}", dep.display());
