@@ -155,7 +155,12 @@ fn try_build(workspace: &Path, kind: Kind, packages: &[&str]) -> Result<Vec<Buil
             println!("cargo:rerun-if-changed={}", artifact.manifest.display());
             // The package's directory, which cargo scans whole: a file the `.d` file does not
             // list yet changes the build too (a new `build.rs`, which sets link arguments).
-            if let Some(package_dir) = artifact.manifest.parent() {
+            // Not when the package is its workspace's root (`examples/attestor`): that
+            // directory holds the `target/` a build in place writes, whose every build would
+            // then rerun this one.
+            if let Some(package_dir) = artifact.manifest.parent()
+                && Some(package_dir) != workspace.parent()
+            {
                 println!("cargo:rerun-if-changed={}", package_dir.display());
             }
             let deps = read_depfile(&artifact.file)?;
