@@ -132,17 +132,17 @@ pub(super) async fn verify<B: TxBackend>(
     let mut instantiated = None;
     let result = {
         let call = async {
-            let instance = pre.instantiate_async(&mut store).await?;
+            let verify = pre.instantiate(&mut store).await?;
             instantiated = Some(started.elapsed());
-            instance
-                .better_compute_attestor_verifier()
-                .call_verify(
-                    &mut store,
-                    Resource::new_borrow(transaction_rep()),
-                    &config.text,
-                    request,
-                )
+            let args = (
+                Resource::new_borrow(transaction_rep()),
+                &*config.text,
+                request,
+            );
+            verify
+                .call_async(&mut store, args)
                 .await
+                .map(|(outcome,)| outcome)
         };
         // Each poll is the executor giving the call its thread; the first after a yield ends
         // the call's wait in the queue.

@@ -10,8 +10,8 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, Store};
 
-use super::bindings::AttestorPre;
 use super::bindings::types::Info;
+use super::bindings::{Attestor, AttestorPre};
 use super::cache::ComponentCache;
 use super::{Pre, RuntimeConfig, WIT_PACKAGE, WIT_VERSION};
 use crate::imports::{CallState, Prepared, TxBackend};
@@ -632,7 +632,7 @@ pub(super) async fn load_one<B: TxBackend>(
             origin: origin.to_owned(),
             source,
         })?;
-    let info = describe(&pre, memory_limit)
+    let (info, pre) = describe(pre, memory_limit)
         .await
         .map_err(|reason| LoadError::Describe {
             origin: origin.to_owned(),
@@ -699,18 +699,24 @@ fn compatible(version: &str) -> bool {
     }
 }
 
-/// Calls `describe` and checks its answer.
-async fn describe<B: TxBackend>(pre: &Pre<B>, memory_limit: usize) -> Result<Info, String> {
-    let mut store = loading_store(pre.engine(), memory_limit);
-    let instance = pre
+/// Calls `describe` and checks its answer, and checks `verify`'s signature in the same instance.
+async fn describe<B: TxBackend>(
+    bindings: AttestorPre<CallState<B>>,
+    memory_limit: usize,
+) -> Result<(Info, Pre<B>), String> {
+    let mut store = loading_store(bindings.engine(), memory_limit);
+    let instance = bindings
+        .instance_pre()
         .instantiate_async(&mut store)
         .await
         .map_err(|e| format!("{e:#}"))?;
-    let info = instance
+    let info = Attestor::new(&mut store, &instance)
+        .map_err(|e| format!("{e:#}"))?
         .better_compute_attestor_verifier()
         .call_describe(&mut store)
         .await
         .map_err(|e| format!("{e:#}"))?;
+    let pre = Pre::check(bindings, &mut store, &instance).map_err(|e| format!("{e:#}"))?;
     if !super::call::is_code(&info.id) {
         return Err(format!(
             "id {:?} is not lowercase letters, digits and hyphens (at most 64)",
@@ -723,7 +729,7 @@ async fn describe<B: TxBackend>(pre: &Pre<B>, memory_limit: usize) -> Result<Inf
     if !(1..=8).contains(&info.rounds) {
         return Err(format!("rounds must be 1 to 8, not {}", info.rounds));
     }
-    Ok(info)
+    Ok((info, pre))
 }
 
 /// Calls `configure` once; an error refuses the attestor. Returns what it kept
@@ -741,6 +747,7 @@ async fn configure<B: TxBackend>(
     let mut store = loading_store(pre.engine(), memory_limit);
     store.data_mut().prepared = Prepared::Configuring(None);
     let instance = pre
+        .bindings()
         .instantiate_async(&mut store)
         .await
         .map_err(|e| err(format!("{e:#}")))?;

@@ -13,6 +13,7 @@ mod call;
 mod engine;
 mod guest;
 mod loader;
+mod pre;
 mod registry;
 
 use std::collections::BTreeMap;
@@ -33,8 +34,8 @@ pub use loader::{AttestorSummary, LoadError, LoadFailure, Source};
 pub use registry::{Attestors, Change, ChangeKind, Reload};
 
 use crate::imports::{CallState, TxBackend};
-use bindings::AttestorPre;
 use loader::Configured;
+use pre::Pre;
 
 /// The WIT package version this host implements. A component built against another
 /// incompatible version is refused at load.
@@ -125,7 +126,7 @@ pub enum RuntimeError {
 /// A loaded attestor.
 struct Loaded<B: TxBackend> {
     summary: AttestorSummary,
-    pre: AttestorPre<CallState<B>>,
+    pre: Pre<B>,
     config: Configured,
     /// Its share of the calls: at most `max_calls_per_attestor` at once.
     calls: Arc<Semaphore>,
@@ -368,7 +369,7 @@ impl<B: TxBackend> Runtime<B> {
         &self,
         id: &str,
         session: crate::imports::Session<B>,
-        request: &bindings::types::JoinRequest,
+        request: &Arc<bindings::types::JoinRequest>,
     ) -> CallOutcome<B> {
         self.snapshot().verify(id, session, request).await
     }
@@ -385,6 +386,3 @@ impl<B: TxBackend> Loader<B> {
         }
     }
 }
-
-/// Shared with the loader and the call path.
-pub(crate) type Pre<B> = AttestorPre<CallState<B>>;
