@@ -132,7 +132,7 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
     )
     .await
     .context("loading the built-in attestors")?;
-    let request = host_request();
+    let request = Arc::new(host_request());
 
     let mut wasm = Vec::with_capacity(iterations);
     let (mut queued, mut instantiate, mut verify, mut rest) = (

@@ -72,7 +72,7 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
             .await
             .context("loading cloud-iid with the benchmark's configuration")?;
     let evidence = mint::bytes(&providers.gcp("bench-project", "vm-1", NOW - 60_000));
-    let request = crate::join_request(ID, evidence, vec![1; 32]);
+    let request = Arc::new(crate::join_request(ID, evidence, vec![1; 32]));
 
     let mut wasm = Vec::with_capacity(iterations);
     for i in 0..iterations + iterations / 10 {

@@ -120,7 +120,11 @@ pub(super) async fn measure(iterations: usize) -> anyhow::Result<Measured> {
             pki.clone(),
             CSR_SHA256.to_vec(),
         );
-        let request = crate::join_request(ID, attestation.to_vec(), CSR_SHA256.to_vec());
+        let request = Arc::new(crate::join_request(
+            ID,
+            attestation.to_vec(),
+            CSR_SHA256.to_vec(),
+        ));
         let runtime = &runtime;
         async move { runtime.verify(ID, session, &request).await.result }
     };

@@ -255,7 +255,7 @@ impl Scratch {
             },
             round: case.round,
         };
-        let call = self.runtime.verify(&id, session, &request).await;
+        let call = self.runtime.verify(&id, session, &Arc::new(request)).await;
         let calls = trace.lock().unwrap_or_else(PoisonError::into_inner).clone();
         Called {
             result: call.result,

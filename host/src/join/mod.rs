@@ -333,7 +333,7 @@ impl JoinService {
             }
         };
 
-        let wit_request = wit::JoinRequest {
+        let wit_request = Arc::new(wit::JoinRequest {
             attestor: round.attestor.clone(),
             role: wit_role(request.role),
             attestation: request.attestation.clone(),
@@ -349,7 +349,7 @@ impl JoinService {
                 product_uuid: claims.product_uuid.clone(),
             },
             round: round.round,
-        };
+        });
 
         self.shadows(&attestors, round, &wit_request);
         let mut attempt = 1;
@@ -464,7 +464,7 @@ impl JoinService {
         &self,
         attestors: &Arc<crate::runtime::Attestors<Staged>>,
         round: &Round,
-        request: &wit::JoinRequest,
+        request: &Arc<wit::JoinRequest>,
     ) {
         for shadow in attestors.shadows_of(&round.attestor) {
             // It runs as the attestor it shadows: the request names that one, and its key/value

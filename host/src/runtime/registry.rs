@@ -291,7 +291,7 @@ impl<B: TxBackend> Attestors<B> {
         &self,
         id: &str,
         session: Session<B>,
-        request: &bindings::types::JoinRequest,
+        request: &Arc<bindings::types::JoinRequest>,
     ) -> CallOutcome<B> {
         let Some(loaded) = self.live.get(id) else {
             return CallOutcome::fault(Fault::UnknownAttestor, Some(session));
@@ -332,7 +332,7 @@ impl<B: TxBackend> Attestors<B> {
         &self,
         id: &str,
         session: Session<B>,
-        request: &bindings::types::JoinRequest,
+        request: &Arc<bindings::types::JoinRequest>,
     ) -> Option<CallOutcome<B>> {
         let loaded = self.shadows.get(id)?;
         let share = loaded.calls.clone().try_acquire_owned().ok()?;
@@ -348,7 +348,7 @@ impl<B: TxBackend> Attestors<B> {
         &self,
         loaded: &Loaded<B>,
         session: Session<B>,
-        request: &bindings::types::JoinRequest,
+        request: &Arc<bindings::types::JoinRequest>,
         permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     ) -> CallOutcome<B> {
         let (pre, id, config, request) = (
