@@ -9,6 +9,8 @@ struct Surface {
     imports: Vec<String>,
     exports: Vec<String>,
     functions: Vec<String>,
+    /// The core modules' linear memories' initial sizes, in 64 KiB pages.
+    memory_pages: Vec<u64>,
 }
 
 /// Validates the component at `path` and returns its surface.
@@ -34,6 +36,7 @@ fn inspect(path: &str) -> Surface {
         imports: Vec::new(),
         exports: Vec::new(),
         functions: Vec::new(),
+        memory_pages: Vec::new(),
     };
     // Nested modules and components are parsed inline; only depth 0 is the component's own.
     let mut depth = 0usize;
@@ -61,6 +64,11 @@ fn inspect(path: &str) -> Surface {
                             .functions
                             .push(format!("{}#{}", import.module, import.name));
                     }
+                }
+            }
+            Payload::MemorySection(section) if depth == 1 => {
+                for memory in section {
+                    surface.memory_pages.push(memory.unwrap().initial);
                 }
             }
             _ => {}
@@ -128,6 +136,9 @@ fn join_token() {
             "better-compute:attestor/transaction@0.2.1#[resource-drop]tx",
         ]
     );
+    // Its stack is 64 KiB (its build script), not the linker's 1 MiB, so its memory starts at
+    // two pages: the host's reset of a reused slot walks that much, not 17 pages.
+    assert_eq!(surface.memory_pages, [2]);
 }
 
 /// cloud-iid keeps its parsed configuration (`Attestor::PREPARED`), so it imports `prepared`.
