@@ -32,11 +32,13 @@ mod limits;
 mod memory;
 mod tpm_verify;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Parser;
+use futures::FutureExt as _;
 use sha2::{Digest, Sha256};
 
 use gatehouse::app;
@@ -567,10 +569,13 @@ async fn joins_per_second(
             warmed.clone(),
         );
         tasks.push(spawn_on.spawn(async move {
-            // Waits at the barrier even if the warm-up failed, so the run never hangs.
-            let ready = agent_join(&client, &trust, &warm_up).await;
+            // Waits at the barrier even if the warm-up failed or panicked, so the run never
+            // hangs: every other agent and the clock wait there for this one.
+            let ready = AssertUnwindSafe(agent_join(&client, &trust, &warm_up))
+                .catch_unwind()
+                .await;
             warmed.wait().await;
-            ready?;
+            ready.map_err(|_| anyhow::anyhow!("an agent's warm-up join panicked"))??;
             let mut done = 0usize;
             loop {
                 let Some(token) = queue.lock().ok().and_then(|mut q| q.pop()) else {
