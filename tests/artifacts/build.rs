@@ -16,6 +16,7 @@ use gatehouse_build_support::{Built, build_binaries, build_components};
 /// The built-in attestors, beside the fixtures: `(constant, package)`.
 const ATTESTORS: &[(&str, &str)] = &[
     ("JOIN_TOKEN", "gatehouse-attestor-join-token"),
+    ("PROVISIONED", "gatehouse-attestor-provisioned"),
     ("X509POP", "gatehouse-attestor-x509pop"),
     ("TPM", "gatehouse-attestor-tpm"),
     ("CLOUD_IID", "gatehouse-attestor-cloud-iid"),

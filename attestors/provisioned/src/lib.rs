@@ -27,10 +27,21 @@
 //!
 //! The crate is both the component the host loads and an `rlib`: [`Provisioned`] runs natively
 //! through [`gatehouse_sdk::Attestor`] too.
+//!
+//! The component leaves out Rust's standard library ([`gatehouse_sdk::no_std_runtime!`]) and
+//! names its host calls ([`Attestor::CALLS`]), so it imports nothing from WASI and only the
+//! seven host functions it calls: every installed machine of a fleet joins through it once.
+
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
 
 use gatehouse_sdk::{
-    AttestationResult, Attestor, Context, Info, JoinRequest, NodeKeyAttestation, Outcome, Refusal,
-    Token, TokenRole, reason, refuse, token,
+    AttestationResult, Attestor, Calls, Context, Info, JoinRequest, NodeKeyAttestation, Outcome,
+    Refusal, Token, TokenRole, reason, refuse, token,
 };
 
 /// The workflow state in which a workflow still vouches for the token it minted: a completed,
@@ -50,6 +61,12 @@ pub struct Provisioned;
 struct Config {}
 
 impl Attestor for Provisioned {
+    /// The token checks' calls, and the resolver's (the token's workflow, its node's
+    /// inventory).
+    const CALLS: Calls = Calls::TOKEN
+        .union(Calls::TOKEN_WORKFLOW)
+        .union(Calls::NEWEST_INVENTORY);
+
     fn info() -> Info {
         Info {
             id: "provisioned".into(),
@@ -72,6 +89,7 @@ impl Attestor for Provisioned {
 }
 
 gatehouse_sdk::export_attestor!(Provisioned);
+gatehouse_sdk::no_std_runtime!();
 
 /// The node a provisioned token was minted for, as the resolver finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

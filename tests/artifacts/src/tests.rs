@@ -105,40 +105,65 @@ fn assert_attestor(path: &str, version: &str) -> Surface {
 /// The interface an attestor that prepares its configuration imports (WIT 0.2.1).
 const PREPARED: &str = "better-compute:attestor/prepared@0.2.1";
 
-#[test]
-fn join_token() {
-    let surface = assert_attestor(crate::JOIN_TOKEN, "0.2.1");
-    assert!(
-        surface
-            .imports
-            .contains(&"better-compute:attestor/crypto@0.2.1".to_owned())
-    );
-    // It does not set `Attestor::PREPARED`: it still loads on a 0.2.0 host.
-    assert!(!surface.imports.contains(&PREPARED.to_owned()));
-    // It is built without the standard library (`gatehouse_sdk::no_std_runtime!`), so it
-    // imports nothing from WASI: the host instantiates it faster on every join.
+/// Asserts that the attestor `surface` describes is built lean: without the standard library
+/// (`gatehouse_sdk::no_std_runtime!`), so it imports nothing from WASI; importing only the host
+/// functions its `Attestor::CALLS` names (`functions`, besides the transaction's drop); and
+/// with a 64 KiB stack (`attestors/small-stack.rs`), so its memory starts at two pages, not 17,
+/// and the host's reset of a reused slot walks that much. Each is a cost on every join.
+fn assert_lean(name: &str, surface: &Surface, functions: &[&str]) {
     let wasi: Vec<_> = surface
         .imports
         .iter()
         .filter(|import| import.starts_with("wasi:"))
         .collect();
-    assert!(wasi.is_empty(), "join-token imports {wasi:?}");
-    // It names its calls (`Attestor::CALLS`), so it imports only the token checks' functions.
-    let mut functions = surface.functions.clone();
-    functions.sort();
-    assert_eq!(
-        functions,
-        [
-            "better-compute:attestor/crypto@0.2.1#sha256",
-            "better-compute:attestor/transaction@0.2.1#[method]tx.consume-token",
-            "better-compute:attestor/transaction@0.2.1#[method]tx.lock-token",
-            "better-compute:attestor/transaction@0.2.1#[method]tx.now",
-            "better-compute:attestor/transaction@0.2.1#[resource-drop]tx",
-        ]
+    assert!(wasi.is_empty(), "{name} imports {wasi:?}");
+    let mut imported = surface.functions.clone();
+    imported.sort();
+    let mut expected: Vec<_> = functions
+        .iter()
+        .map(|f| format!("better-compute:attestor/{f}"))
+        .chain(["better-compute:attestor/transaction@0.2.1#[resource-drop]tx".to_owned()])
+        .collect();
+    expected.sort();
+    assert_eq!(imported, expected, "{name}");
+    assert_eq!(surface.memory_pages, [2], "{name}");
+}
+
+#[test]
+fn join_token() {
+    let surface = assert_attestor(crate::JOIN_TOKEN, "0.2.1");
+    // It does not set `Attestor::PREPARED`: it still loads on a 0.2.0 host.
+    assert!(!surface.imports.contains(&PREPARED.to_owned()));
+    // The token checks' calls (`Calls::TOKEN`).
+    assert_lean(
+        "join-token",
+        &surface,
+        &[
+            "crypto@0.2.1#sha256",
+            "transaction@0.2.1#[method]tx.consume-token",
+            "transaction@0.2.1#[method]tx.lock-token",
+            "transaction@0.2.1#[method]tx.now",
+        ],
     );
-    // Its stack is 64 KiB (its build script), not the linker's 1 MiB, so its memory starts at
-    // two pages: the host's reset of a reused slot walks that much, not 17 pages.
-    assert_eq!(surface.memory_pages, [2]);
+}
+
+#[test]
+fn provisioned() {
+    let surface = assert_attestor(crate::PROVISIONED, "0.2.1");
+    assert!(!surface.imports.contains(&PREPARED.to_owned()));
+    // The token checks' calls and the resolver's.
+    assert_lean(
+        "provisioned",
+        &surface,
+        &[
+            "crypto@0.2.1#sha256",
+            "transaction@0.2.1#[method]tx.consume-token",
+            "transaction@0.2.1#[method]tx.lock-token",
+            "transaction@0.2.1#[method]tx.newest-inventory",
+            "transaction@0.2.1#[method]tx.now",
+            "transaction@0.2.1#[method]tx.token-workflow",
+        ],
+    );
 }
 
 /// cloud-iid keeps its parsed configuration (`Attestor::PREPARED`), so it imports `prepared`.
