@@ -273,6 +273,25 @@ mod fixtures {
             "{err}"
         );
     }
+
+    /// The host calls `verify` by index without checking its type again
+    /// (`host/src/runtime/pre.rs`), so a component whose `verify` has another signature, at the
+    /// host's WIT version and with every name the host looks up, must be refused at load.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn verify_mistyped() {
+        let opts = HostOptions {
+            attestors: vec![PathBuf::from(gatehouse_test_artifacts::VERIFY_MISTYPED)],
+            ..HostOptions::new(Backend::Sqlite)
+        };
+        let err = match TestHost::try_start_with(opts).await {
+            Ok(_) => panic!("a component whose verify has another signature must not load"),
+            Err(e) => e,
+        };
+        let file = PathBuf::from(gatehouse_test_artifacts::VERIFY_MISTYPED);
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(err.contains(&name), "{err}");
+        assert!(err.contains("type mismatch"), "{err}");
+    }
 }
 
 macro_rules! tested {

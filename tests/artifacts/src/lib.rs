@@ -1,8 +1,8 @@
 //! The components the integration tests load, built from this workspace by `build.rs` (one
 //! nested `cargo build --target wasm32-wasip2`, see `gatehouse-build-support`).
 //!
-//! Each constant is the absolute path of a component: [`JOIN_TOKEN`], [`X509POP`], [`TPM`] and
-//! [`CLOUD_IID`] for the built-in attestors, [`EXAMPLE_ATTESTOR`] (and the executable [`EXAMPLE_AGENT`]) for the
+//! Each constant is the absolute path of a component: [`JOIN_TOKEN`], [`PROVISIONED`],
+//! [`X509POP`], [`TPM`] and [`CLOUD_IID`] for the built-in attestors, [`EXAMPLE_ATTESTOR`] (and the executable [`EXAMPLE_AGENT`]) for the
 //! third-party example, and one per directory in `tests/fixtures`
 //! (`tests/fixtures/loop-forever` is [`LOOP_FOREVER`]). [`foreach_fixture!`] calls a macro
 //! once per fixture, so the test crate can require a test for each:
@@ -21,7 +21,7 @@
 //!     # pub fn admit_by_token_id() {} pub fn downgrade_reclaim() {} pub fn foreign_binding_kind() {}
 //!     # pub fn prepared() {}
 //!     # pub fn reclaim_any_node() {} pub fn remember() {} pub fn replay_approval() {}
-//!     # pub fn spend_then_defer() {}
+//!     # pub fn spend_then_defer() {} pub fn verify_mistyped() {}
 //!     // #[test] fn loop_forever() { ... gatehouse_test_artifacts::LOOP_FOREVER ... }
 //! }
 //! gatehouse_test_artifacts::foreach_fixture!(assert_tested);

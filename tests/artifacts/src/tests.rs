@@ -285,6 +285,7 @@ macro_rules! fixture_is_a_component {
                 "remember" => crate::REMEMBER,
                 "replay-approval" => crate::REPLAY_APPROVAL,
                 "spend-then-defer" => crate::SPEND_THEN_DEFER,
+                "verify-mistyped" => crate::VERIFY_MISTYPED,
                 "wit-major" => crate::WIT_MAJOR,
                 other => panic!("no constant for fixture {other}"),
             };
