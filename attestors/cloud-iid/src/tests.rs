@@ -76,7 +76,8 @@ fn run(attestor: &CloudIid, tx: &MemoryTx, req: &JoinRequest) -> Outcome {
         crypto: &SoftCrypto::new("cloud-iid", tx.clock()),
         tpm: &NoTpm,
     };
-    attestor.verify(&cx, req)
+    // Held to `CloudIid::CALLS`, as the component is.
+    gatehouse_sdk_test::declared::<CloudIid, _>(&cx, |cx| attestor.verify(cx, req))
 }
 
 fn verify_evidence(tx: &MemoryTx, evidence: &CloudIidEvidence) -> Outcome {

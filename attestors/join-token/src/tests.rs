@@ -66,14 +66,13 @@ fn request(role: JoinRole, secret: &[u8]) -> JoinRequest {
 
 fn verify(tx: &MemoryTx, request: &JoinRequest) -> Outcome {
     let attestor = JoinToken::configure("{}").unwrap();
-    attestor.verify(
-        &Context {
-            tx,
-            crypto: &SoftCrypto::new("join-token", tx.clock()),
-            tpm: &NoTpm,
-        },
-        request,
-    )
+    let cx = Context {
+        tx,
+        crypto: &SoftCrypto::new("join-token", tx.clock()),
+        tpm: &NoTpm,
+    };
+    // Held to `JoinToken::CALLS`, as the component is.
+    gatehouse_sdk_test::declared::<JoinToken, _>(&cx, |cx| attestor.verify(cx, request))
 }
 
 /// Asserts a refusal with `code` that names the token and its tenant and spent nothing.

@@ -105,14 +105,13 @@ fn request(product_uuid: Option<&str>) -> JoinRequest {
 
 fn verify(tx: &MemoryTx, request: &JoinRequest) -> Outcome {
     let attestor = Provisioned::configure("{}").unwrap();
-    attestor.verify(
-        &Context {
-            tx,
-            crypto: &SoftCrypto::new("provisioned", tx.clock()),
-            tpm: &NoTpm,
-        },
-        request,
-    )
+    let cx = Context {
+        tx,
+        crypto: &SoftCrypto::new("provisioned", tx.clock()),
+        tpm: &NoTpm,
+    };
+    // Held to `Provisioned::CALLS`, as the component is.
+    gatehouse_sdk_test::declared::<Provisioned, _>(&cx, |cx| attestor.verify(cx, request))
 }
 
 /// The admission of `tok_1` into its tenant, pool and site, as `node_id`.

@@ -202,7 +202,7 @@ impl Run {
 
     fn verify(&self, attestor: &Tpm, request: &JoinRequest) -> Outcome {
         self.kit.tx.set_csr_sha256(&request.csr_sha256);
-        attestor.verify(&self.kit.cx(), request)
+        gatehouse_sdk_test::declared::<Tpm, _>(&self.kit.cx(), |cx| attestor.verify(cx, request))
     }
 
     /// What `machine`'s TPM recovers from `challenge`'s credential.

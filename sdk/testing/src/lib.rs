@@ -67,9 +67,26 @@ pub use tpm::SoftTpm;
 #[cfg(feature = "tpm")]
 pub use kit::{Kit, START};
 
+use gatehouse_sdk::__private::Declared;
+use gatehouse_sdk::{Attestor, Context};
+
+/// Calls `f` with `cx` held to attestor `A`'s [`Attestor::CALLS`], as its component is: a
+/// transaction or crypto call that `CALLS` does not name panics here, naming the function,
+/// where the component would trap in the host (or, for a function no other code calls, fail
+/// to link it). [`Kit::round`] runs every round through it; a test that builds its own
+/// [`Context`] wraps its `verify` the same way.
+pub fn declared<A: Attestor, R>(cx: &Context<'_>, f: impl FnOnce(&Context<'_>) -> R) -> R {
+    let tx = Declared::<A, _>::new(cx.tx);
+    let crypto = Declared::<A, _>::new(cx.crypto);
+    f(&Context {
+        tx: &tx,
+        crypto: &crypto,
+        tpm: cx.tpm,
+    })
+}
+
 #[cfg(feature = "tpm")]
 mod kit {
-    use gatehouse_sdk::__private::Declared;
     use gatehouse_sdk::{Attestor, Context, JoinRequest, Outcome};
 
     use crate::{MemoryTx, SoftCrypto, SoftTpm};
@@ -100,7 +117,9 @@ mod kit {
             }
         }
 
-        /// The [`Context`] an attestor's `verify` takes.
+        /// The [`Context`] an attestor's `verify` takes. It does not hold the attestor to its
+        /// [`Attestor::CALLS`]: call `verify` through [`crate::declared`] (as [`Kit::round`]
+        /// does) for that.
         pub fn cx(&self) -> Context<'_> {
             Context {
                 tx: &self.tx,
@@ -117,12 +136,7 @@ mod kit {
             let before = self.tx.snapshot();
             self.tx.set_csr_sha256(&request.csr_sha256);
             // Held to the attestor's `Attestor::CALLS`, as the component is.
-            let cx = Context {
-                tx: &Declared::<A, _>::new(&self.tx),
-                crypto: &Declared::<A, _>::new(&self.crypto),
-                tpm: &self.tpm,
-            };
-            let outcome = attestor.verify(&cx, request);
+            let outcome = crate::declared::<A, _>(&self.cx(), |cx| attestor.verify(cx, request));
             match &outcome {
                 Outcome::Admitted(_) => {}
                 Outcome::Refused(_) => self.tx.restore(before),
