@@ -254,19 +254,26 @@ mod fixtures {
         host.stop().await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    pub(super) async fn wit_major() {
+    /// Starts a host with the component at `path` beside the built-ins: it must refuse to
+    /// start, with an error that names the file. The error.
+    async fn refused_at_load(path: &str) -> String {
         let opts = HostOptions {
-            attestors: vec![PathBuf::from(gatehouse_test_artifacts::WIT_MAJOR)],
+            attestors: vec![PathBuf::from(path)],
             ..HostOptions::new(Backend::Sqlite)
         };
         let err = match TestHost::try_start_with(opts).await {
-            Ok(_) => panic!("a component built against another WIT major must not load"),
+            Ok(_) => panic!("{path} must not load"),
             Err(e) => e,
         };
-        let file = PathBuf::from(gatehouse_test_artifacts::WIT_MAJOR);
+        let file = PathBuf::from(path);
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(err.contains(&name), "{err}");
+        err
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn wit_major() {
+        let err = refused_at_load(gatehouse_test_artifacts::WIT_MAJOR).await;
         assert!(
             err.contains("better-compute:attestor@1.0.0")
                 && err.contains("better-compute:attestor@0.2.1"),
@@ -279,17 +286,7 @@ mod fixtures {
     /// host's WIT version and with every name the host looks up, must be refused at load.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn verify_mistyped() {
-        let opts = HostOptions {
-            attestors: vec![PathBuf::from(gatehouse_test_artifacts::VERIFY_MISTYPED)],
-            ..HostOptions::new(Backend::Sqlite)
-        };
-        let err = match TestHost::try_start_with(opts).await {
-            Ok(_) => panic!("a component whose verify has another signature must not load"),
-            Err(e) => e,
-        };
-        let file = PathBuf::from(gatehouse_test_artifacts::VERIFY_MISTYPED);
-        let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(err.contains(&name), "{err}");
+        let err = refused_at_load(gatehouse_test_artifacts::VERIFY_MISTYPED).await;
         assert!(err.contains("type mismatch"), "{err}");
     }
 }
