@@ -143,14 +143,6 @@ fn try_build(workspace: &Path, kind: Kind, packages: &[&str]) -> Result<Vec<Buil
             "cargo:rerun-if-changed={}",
             root.join("Cargo.lock").display()
         );
-        // Sources at the workspace's top that its packages share: a build script
-        // (`attestors/small-stack.rs`) that no depfile lists.
-        for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "rs") {
-                println!("cargo:rerun-if-changed={}", path.display());
-            }
-        }
     }
     let copies = out_dir.join(match kind {
         Kind::Component => "components",
