@@ -397,7 +397,8 @@ fn csr_hash(csr_sha256: &[u8]) -> Result<[u8; 32], BackendError> {
 
 impl TxBackend for Staged {
     async fn now(&mut self) -> Result<i64, BackendError> {
-        // On SQLite without a read connection: its clock is this process's.
+        // Without a read connection where the database's clock is at hand: always on SQLite,
+        // on Postgres within a second of a reading.
         if let Some(now) = self.db.clock_here() {
             return Ok(now);
         }

@@ -10,6 +10,7 @@ use sqlx::Executor;
 use sqlx::any::AnyPoolOptions;
 
 use super::checkpoint::{Checkpointer, writer_backstop_pages};
+use super::clock::Clock;
 use super::group::GroupCommit;
 use super::lease::Connections;
 use super::{StoreError, Tx, migrate};
@@ -105,6 +106,8 @@ pub struct Db {
     group: Option<Arc<GroupCommit>>,
     /// The runtime the pools were made on (the host's), where [`Db::read`] acquires.
     home: Option<tokio::runtime::Handle>,
+    /// The database's clock, as last read ([`super::clock`]).
+    clock: Arc<Clock>,
 }
 
 impl Db {
@@ -165,6 +168,7 @@ impl Db {
             backend,
             group,
             home: tokio::runtime::Handle::try_current().ok(),
+            clock: Arc::new(Clock::of(backend)),
         })
     }
 
@@ -182,9 +186,10 @@ impl Db {
     }
 
     /// The database's clock ([`Tx::now`]) where reading it takes no connection: on SQLite,
-    /// whose clock is this process's; `None` on Postgres, whose clock is the server's.
+    /// whose clock is this process's, always; on Postgres, whose clock is the server's, within
+    /// a second of a reading ([`super::clock`]).
     pub fn clock_here(&self) -> Option<i64> {
-        (self.backend == Backend::Sqlite).then(super::tx::sqlite_clock_ms)
+        self.clock.here()
     }
 
     /// Opens a write transaction: `BEGIN IMMEDIATE` on SQLite (so a later write never fails
@@ -192,7 +197,7 @@ impl Db {
     /// a 5 s `statement_timeout` and `lock_timeout`. See [`Tx`] for what happens when it is
     /// dropped instead of committed.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
-        Tx::begin(&self.pool, self.backend, self.group.as_ref()).await
+        Tx::begin(&self.pool, self.backend, self.group.as_ref(), &self.clock).await
     }
 
     /// A connection of the read pool for statements that read committed state, each in its
@@ -214,12 +219,13 @@ impl Db {
         };
         match &self.home {
             Some(home) if elsewhere(home) => {
-                let (reads, backend) = (self.reads.clone(), self.backend);
-                home.spawn(async move { Tx::autocommit(&reads, backend).await })
+                let (reads, backend, clock) =
+                    (self.reads.clone(), self.backend, self.clock.clone());
+                home.spawn(async move { Tx::autocommit(&reads, backend, &clock).await })
                     .await
                     .map_err(|_| StoreError::Query(sqlx::Error::PoolClosed))?
             }
-            _ => Tx::autocommit(&self.reads, self.backend).await,
+            _ => Tx::autocommit(&self.reads, self.backend, &self.clock).await,
         }
     }
 

@@ -28,6 +28,7 @@ macro_rules! postgres_now {
 
 mod admins;
 mod checkpoint;
+mod clock;
 mod db;
 mod decode;
 mod error;

@@ -17,6 +17,7 @@ use sqlx::any::{Any, AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{AnyConnection, Either, Execute as _, Executor};
 
+use super::clock::Clock;
 use super::db::WAIT;
 use super::group::{self, GroupCommit};
 use super::lease::{self, Connections, Lease};
@@ -31,18 +32,6 @@ const POSTGRES_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = '5s'; \
 
 /// Database time in ms since the Unix epoch.
 const POSTGRES_NOW: &str = concat!("SELECT ", postgres_now!(), " AS now");
-
-/// SQLite's clock in ms since the Unix epoch, read in this process. SQLite is embedded: its
-/// `julianday('now')` (`sqlite_now!`, which SQL that compares with the time still uses) reads
-/// this process's real-time clock (the unix VFS's `gettimeofday`, truncated to the
-/// millisecond). So the same value needs no statement, and a join's readings of the database's
-/// time (the attestor's and the locked phase's) cost no round trip to SQLite's worker thread.
-/// Postgres' clock is the server's, the one every replica shares, and is still asked for.
-pub(super) fn sqlite_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 /// An open write transaction, owning its connection (`'static`, `Send`).
 ///
@@ -72,6 +61,8 @@ pub struct Tx {
     /// transaction. Until then the connection is as the member found it, so a member that
     /// ends without a statement has nothing to commit or roll back.
     unsent_begin: bool,
+    /// The database's clock ([`Tx::now`]), shared by the [`super::Db`]'s transactions.
+    clock: Arc<Clock>,
 }
 
 impl Drop for Tx {
@@ -146,6 +137,7 @@ impl Tx {
         pool: &Arc<Connections>,
         backend: Backend,
         group: Option<&Arc<GroupCommit>>,
+        clock: &Arc<Clock>,
     ) -> Result<Tx, StoreError> {
         let conn = pool.acquire().await?;
         // From here on, dropping this future drops the Tx, which rolls back.
@@ -156,6 +148,7 @@ impl Tx {
             failed: false,
             group: group.cloned(),
             unsent_begin: false,
+            clock: clock.clone(),
         };
         let begin = match (&tx.group, backend) {
             (Some(_), _) => {
@@ -178,6 +171,7 @@ impl Tx {
     pub(super) async fn autocommit(
         pool: &Arc<Connections>,
         backend: Backend,
+        clock: &Arc<Clock>,
     ) -> Result<Tx, StoreError> {
         let conn = pool.acquire().await?;
         Ok(Tx {
@@ -187,6 +181,7 @@ impl Tx {
             failed: false,
             group: None,
             unsent_begin: false,
+            clock: clock.clone(),
         })
     }
 
@@ -277,13 +272,16 @@ impl Tx {
     }
 
     /// The database's clock in ms since the Unix epoch: the one clock expiry is decided by,
-    /// shared by every replica. On SQLite no statement: see [`sqlite_clock_ms`].
+    /// shared by every replica. A statement only on Postgres, and there at most once a second
+    /// per [`super::Db`]: see [`super::clock`].
     pub async fn now(&mut self) -> Result<i64, StoreError> {
-        if self.backend == Backend::Sqlite {
-            return Ok(sqlite_clock_ms());
+        if let Some(ms) = self.clock.here() {
+            return Ok(ms);
         }
         let row = self.fetch_one(sqlx::query(POSTGRES_NOW)).await?;
-        super::decode::Fields::new(&row, "now").i64("now")
+        let ms = super::decode::Fields::new(&row, "now").i64("now")?;
+        self.clock.read(ms);
+        Ok(ms)
     }
 
     /// Chooses the statement for this backend.
