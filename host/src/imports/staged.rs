@@ -21,7 +21,7 @@ use super::{BackendError, ConsumeOutcome, Effects, TxBackend, UseOutcome};
 use crate::runtime::bindings::transaction::{
     Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Token, Workflow,
 };
-use crate::store::{Db, RowLock, StoreError, Tx};
+use crate::store::{Db, NewAudit, NewEvent, RowLock, StoreError, TokenRow, Tx};
 
 /// A read the guest made, with what it saw.
 #[derive(Debug, Clone)]
@@ -136,7 +136,7 @@ impl Staged {
     }
 
     /// The rows the decision read, to lock before they are read again. Not its tokens: a
-    /// token is locked by its spend, last ([`Spends::apply`]).
+    /// token is locked by its spend, last ([`Spends::commit`]).
     fn locks(&self) -> Vec<RowLock> {
         let attestor = &self.attestor;
         let mut locks: Vec<RowLock> = self
@@ -190,7 +190,7 @@ impl Staged {
     /// The locked phase, inside JoinService's write transaction `tx`: locks the rows read
     /// (Postgres), reads each again and compares it with what the guest saw, then applies the
     /// buffered writes that `apply` allows, but for token spends: those are returned, for
-    /// JoinService to apply last ([`Spends::apply`]). `effects.locked_tokens` is refreshed with
+    /// JoinService to apply last ([`Spends::commit`]). `effects.locked_tokens` is refreshed with
     /// the token rows as read now, so the host's own token checks judge the row it spends.
     ///
     /// Tokens are read here, not locked: a token's spend locks its row, last in the locked
@@ -273,7 +273,7 @@ impl Staged {
     }
 
     /// Applies `write` in `tx`, but for a token spend, which joins `spends` with the row
-    /// judged (see [`Spends::apply`]).
+    /// judged (see [`Spends::commit`]).
     async fn apply(
         &self,
         tx: &mut Tx,
@@ -340,31 +340,54 @@ impl Staged {
 }
 
 /// The token spends of a settled round, each with the row its policy judged: applied last in
-/// the locked phase, just before the round's record and commit.
+/// the locked phase, with the round's record, just before its commit ([`Spends::commit`]).
 #[derive(Debug)]
 pub struct Spends(Vec<Token>);
 
 impl Spends {
-    /// Spends a use of each token. The conditional update takes the token's row lock (on
-    /// Postgres, waiting for another join's spend to commit) and returns the row as spent,
-    /// which must be the row judged but for its uses left: a token revoked or replaced since
-    /// is a conflict, and the round runs again on what is committed.
-    pub async fn apply(self, tx: &mut Tx) -> Result<(), Settle> {
-        for judged in self.0 {
-            let spent = match tx.spend_token(&judged.id).await {
-                Ok(row) => super::store_tx::token(row),
-                Err(StoreError::NoUsesLeft) => return Err(Settle::NoUsesLeft(judged.id)),
-                Err(e) => return Err(e.into()),
-            };
-            let unchanged = Token {
-                uses_left: judged.uses_left,
-                ..spent
-            } == judged;
-            if !unchanged {
-                return Err(Settle::Conflict("a token"));
-            }
+    /// Spends a use of each token, records the round and commits: the last spend carries the
+    /// audit row and event in its own statement ([`Tx::spend_token_recording`]), so on
+    /// Postgres the joins on one many-use token hold its row lock for that statement and the
+    /// commit alone; with no token to spend the record goes with the commit
+    /// ([`Tx::commit_with_audit_and_event`]: on SQLite, one query).
+    ///
+    /// Each conditional update takes the token's row lock (on Postgres, waiting for another
+    /// join's spend to commit) and returns the row as spent, which must be the row judged but
+    /// for its uses left: a token revoked or replaced since is a conflict, and the round runs
+    /// again on what is committed. On any error `tx` is dropped uncommitted (rolled back):
+    /// nothing of the round is spent or recorded.
+    pub async fn commit(
+        self,
+        mut tx: Tx,
+        audit: &NewAudit,
+        event: &NewEvent,
+    ) -> Result<(), Settle> {
+        let Some((last, rest)) = self.0.split_last() else {
+            return Ok(tx.commit_with_audit_and_event(audit, event).await?);
+        };
+        for judged in rest {
+            judge(judged, tx.spend_token(&judged.id).await)?;
         }
+        judge(last, tx.spend_token_recording(&last.id, audit, event).await)?;
+        Ok(tx.commit().await?)
+    }
+}
+
+/// Whether a spend's row, `spent`, is the row `judged` but for its uses left.
+fn judge(judged: &Token, spent: Result<TokenRow, StoreError>) -> Result<(), Settle> {
+    let spent = match spent {
+        Ok(row) => super::store_tx::token(row),
+        Err(StoreError::NoUsesLeft) => return Err(Settle::NoUsesLeft(judged.id.clone())),
+        Err(e) => return Err(e.into()),
+    };
+    let unchanged = Token {
+        uses_left: judged.uses_left,
+        ..spent
+    } == *judged;
+    if unchanged {
         Ok(())
+    } else {
+        Err(Settle::Conflict("a token"))
     }
 }
 

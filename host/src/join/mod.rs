@@ -514,7 +514,10 @@ impl JoinService {
         let mut tx = self.begin().await.map_err(storage("begin"))?;
         let spends = match staged.settle(&mut tx, &mut effects, apply).await {
             Ok(spends) => spends,
-            Err(e) => return Err(self.unsettled(round, tx, "settle", e).await),
+            Err(e) => {
+                drop(tx);
+                return Err(self.unsettled(round, "settle", e).await);
+            }
         };
         match decided {
             Decided::Deferred(deferral) => self.defer(round, tx, deferral, request.csr).await,
@@ -527,13 +530,13 @@ impl JoinService {
 
     /// What a settle or spend that failed at `step` stops the round with: a conflict reruns
     /// it; a token without a use left is refused; the rest are storage failures.
-    async fn unsettled(&self, round: &mut Round, tx: Tx, step: &'static str, e: Settle) -> Stop {
+    /// The caller drops its transaction first (so, on SQLite, the refusal's own can begin).
+    async fn unsettled(&self, round: &mut Round, step: &'static str, e: Settle) -> Stop {
         match e {
             Settle::Conflict(what) => {
                 Stop::Conflict(format!("{what} changed while the attestor ran"))
             }
             Settle::NoUsesLeft(id) => {
-                drop(tx);
                 round.token_id = Some(id);
                 self.refused(round, Decision::host(Refusal::NoUsesLeft))
                     .await
@@ -816,12 +819,12 @@ impl JoinService {
                         .await
                         .map_err(storage("hardware key"))?;
                 }
-                (id.clone(), generation, false)
+                (id.clone(), generation, None)
             }
             _ => {
-                let id = new_id("node_");
-                tx.insert_node(&NewNode {
-                    id: id.clone(),
+                // Inserted with its certificate, in one statement ([`Self::issue`]).
+                let node = NewNode {
+                    id: new_id("node_"),
                     tenant_id: placement.tenant_id.clone(),
                     pool_id: placement.pool_id.clone(),
                     site_id: placement.site_id.clone(),
@@ -829,27 +832,11 @@ impl JoinService {
                     identity_generation: 1,
                     hardware_key: hardware_key.clone(),
                     created_at: now,
-                })
-                .await
-                .map_err(storage("insert node"))?;
-                (id, 1, true)
+                };
+                (node.id.clone(), 1, Some(node))
             }
         };
         round.node_id = Some(node_id.clone());
-        for b in &result.bindings {
-            match tx.bind(&b.kind, &b.value, &node_id).await {
-                Ok(()) => {}
-                // A concurrent join bound it first.
-                Err(StoreError::BoundElsewhere(other)) => {
-                    drop(tx);
-                    round.node_id = Some(other);
-                    return Err(self
-                        .refused(round, Decision::host(Refusal::BoundElsewhere))
-                        .await);
-                }
-                Err(e) => return Err(storage("bind")(e)),
-            }
-        }
 
         let role = issued_role(
             request.role,
@@ -880,21 +867,34 @@ impl JoinService {
                     statements: &statements,
                     shorter_ttl_seconds: result.cert_ttl_seconds,
                     now,
-                    new_node,
+                    new_node: new_node.as_ref(),
                 },
                 request.csr,
             )
             .await?;
-        // Last but for the record: from here to the commit, the spent token's row is locked.
-        if let Err(e) = spends.apply(&mut tx).await {
-            return Err(self.unsettled(round, tx, "spend", e).await);
+        // The node's row exists now. A binding another join took since the check above (a
+        // race) refuses the round, and its certificate is never committed or answered.
+        for b in &result.bindings {
+            match tx.bind(&b.kind, &b.value, &node_id).await {
+                Ok(()) => {}
+                Err(StoreError::BoundElsewhere(other)) => {
+                    drop(tx);
+                    round.node_id = Some(other);
+                    return Err(self
+                        .refused(round, Decision::host(Refusal::BoundElsewhere))
+                        .await);
+                }
+                Err(e) => return Err(storage("bind")(e)),
+            }
         }
+        // Last: the spends, the record and the commit. From the first spend to the commit,
+        // the spent token's row is locked. The record is stamped with the round's database
+        // time, read once above.
         let decision = Decision::admitted();
-        // Stamped with the round's database time, read once above: one statement fewer
-        // under the write lock; on SQLite the commit goes with it.
-        record::write_and_commit(tx, round, &decision, now)
-            .await
-            .map_err(storage("record and commit"))?;
+        let (audit, event) = record::rows(round, &decision, now);
+        if let Err(e) = spends.commit(tx, &audit, &event).await {
+            return Err(self.unsettled(round, "spend, record and commit", e).await);
+        }
         self.log(round, &decision);
         Ok(response)
     }
@@ -911,7 +911,7 @@ impl JoinService {
         csr: &VerifiedCsr,
     ) -> Result<(JoinResponse, String), Stop> {
         if self.settings.node_issue_interval_ms > 0
-            && !cert.new_node
+            && cert.new_node.is_none()
             && let Some(last) = tx
                 .newest_node_cert_at(cert.node_id)
                 .await
@@ -946,7 +946,7 @@ impl JoinService {
                 not_after_ms: not_after,
             })
             .map_err(failed("issue"))?;
-        tx.insert_node_cert(&NewNodeCert {
+        let row = NewNodeCert {
             serial: issued.serial_hex.clone(),
             node_id: cert.node_id.to_owned(),
             der: issued.der.clone(),
@@ -956,8 +956,11 @@ impl JoinService {
             not_after: issued.not_after_ms,
             statements: cert.statements.to_vec(),
             created_at: cert.now,
-        })
-        .await
+        };
+        match cert.new_node {
+            Some(node) => tx.insert_node_with_cert(node, &row).await,
+            None => tx.insert_node_cert(&row).await,
+        }
         .map_err(storage("insert cert"))?;
         let body = JoinResponseBody {
             v: 1,
@@ -1190,9 +1193,10 @@ struct Issue<'a> {
     shorter_ttl_seconds: Option<u32>,
     /// Database time.
     now: i64,
-    /// The node row was inserted in this transaction: it has no certificate yet, so none was
-    /// issued to it recently ([`JoinSettings::node_issue_interval_ms`]).
-    new_node: bool,
+    /// A node new in this round: its row, inserted with the certificate's in one round trip.
+    /// It has no certificate yet, so none was issued to it recently
+    /// ([`JoinSettings::node_issue_interval_ms`]).
+    new_node: Option<&'a NewNode>,
 }
 
 /// The role a join's certificate carries: the requested one, except that a lessee's

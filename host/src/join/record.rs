@@ -209,7 +209,7 @@ pub(super) async fn write_and_commit(
 }
 
 /// The round's audit row and event, stamped `at`.
-fn rows(round: &Round, decision: &Decision, at: i64) -> (NewAudit, NewEvent) {
+pub(super) fn rows(round: &Round, decision: &Decision, at: i64) -> (NewAudit, NewEvent) {
     let node_key = round.node_key.label();
     let mut payload = serde_json::json!({
         "attestor": round.attestor,

@@ -9,7 +9,7 @@
 use sqlx::any::AnyRow;
 
 use super::decode::Fields;
-use super::{AuditResult, AuditRow, EventRow, NewAudit, NewEvent, StoreError, Tx};
+use super::{AuditResult, AuditRow, EventRow, NewAudit, NewEvent, StoreError, TokenRow, Tx};
 
 /// Which audit records [`Tx::list_audits_matching`] reads: each field, when set, must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -108,6 +108,36 @@ const POSTGRES_AUDIT_AND_EVENT: &str = "WITH audit AS (INSERT INTO audits (at, a
      INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
      payload) VALUES ($12, $13, $14, $15, $16, $17, $18, $19, $20)";
 
+/// Postgres' spend of a token's use with the round's audit row and event
+/// ([`Tx::spend_token_recording`]): one statement, whose inserts run once per row spent, so
+/// none when the token had no use left. `$21` is the token.
+const POSTGRES_SPEND_AND_RECORD: &str = concat!(
+    "WITH spent AS (UPDATE join_tokens SET uses_left = uses_left - 1 \
+     WHERE id = $21 AND uses_left > 0 RETURNING ",
+    token_columns!(),
+    "), audit AS (INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, \
+     subject, node_key, csr_sha256, client_addr) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM spent), \
+     event AS (INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, \
+     actor, payload) SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20 FROM spent) \
+     SELECT ",
+    token_columns!(),
+    " FROM spent"
+);
+
+/// SQLite's ([`POSTGRES_SPEND_AND_RECORD`]): three statements sent as one query, the inserts
+/// each conditional on the statement before it having changed a row (`changes()`).
+const SQLITE_SPEND_AND_RECORD: &str = concat!(
+    "UPDATE join_tokens SET uses_left = uses_left - 1 WHERE id = $21 AND uses_left > 0 \
+     RETURNING ",
+    token_columns!(),
+    "; INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, subject, \
+     node_key, csr_sha256, client_addr) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE changes() = 1; \
+     INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
+     payload) SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20 WHERE changes() = 1"
+);
+
 /// `sql` (one of the above) with an audit record bound as `$1` to `$11` and its event (the
 /// host's own: no actor) as `$12` to `$20`.
 fn bind_audit_and_event<'q>(
@@ -189,6 +219,29 @@ impl Tx {
             bind_audit_and_event(sql, a, e)
         })
         .await
+    }
+
+    /// Spends a use of token `id` ([`Tx::spend_token`]) and appends a round's audit record and
+    /// event ([`Tx::insert_audit_and_event`]), in one round trip: the last statements of an
+    /// admitting round before its commit. On Postgres the spend takes the token's row lock, so
+    /// the joins on one many-use token hold it for this statement and the commit only. The
+    /// record is written only with the spend: [`StoreError::NoUsesLeft`] (no use left, or no
+    /// such token) writes nothing.
+    pub async fn spend_token_recording(
+        &mut self,
+        id: &str,
+        a: &NewAudit,
+        e: &NewEvent,
+    ) -> Result<TokenRow, StoreError> {
+        let sql = self.pick(SQLITE_SPEND_AND_RECORD, POSTGRES_SPEND_AND_RECORD);
+        // All rows: sqlx stops SQLite's statements at the first row it was asked for.
+        let rows = self
+            .fetch_all(bind_audit_and_event(sql, a, e).bind(id))
+            .await?;
+        match rows.first() {
+            Some(row) => super::tokens::token(row),
+            None => Err(StoreError::NoUsesLeft),
+        }
     }
 
     /// Appends an audit record; its id.

@@ -26,6 +26,14 @@ macro_rules! postgres_now {
     };
 }
 
+/// The columns of `join_tokens` that `tokens::token` reads.
+macro_rules! token_columns {
+    () => {
+        "id, role, secret_sha256, tenant_id, pool_id, site_id, expires_at, revoked, uses_total, \
+         uses_left, expect_product_uuid, expect_mac, expect_node_id, reclaim, created_at"
+    };
+}
+
 mod admins;
 mod checkpoint;
 mod clock;

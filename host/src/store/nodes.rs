@@ -22,6 +22,74 @@ macro_rules! cert_columns {
     };
 }
 
+/// A node's insert, its values bound by [`bind_node`] as `$1` to `$8`.
+macro_rules! insert_node {
+    () => {
+        "INSERT INTO nodes (id, tenant_id, pool_id, site_id, role, retired, cordoned, \
+         identity_generation, hardware_key, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, 0, 0, $6, $7, $8, $8)"
+    };
+}
+
+/// A certificate's insert, up to its values ([`bind_cert`] binds ten).
+macro_rules! insert_cert {
+    () => {
+        "INSERT INTO node_certs (serial, node_id, der, der_sha256, generation, role, \
+         not_before, not_after, revoked, statements, created_at) VALUES "
+    };
+}
+
+/// A node and its first certificate ([`Tx::insert_node_with_cert`]): on Postgres one
+/// statement (the certificate's foreign key is checked at its end, when the node is in);
+/// on SQLite two, sent as one query. The certificate's values are `$9` to `$18`.
+const POSTGRES_NODE_WITH_CERT: &str = concat!(
+    "WITH node AS (",
+    insert_node!(),
+    ") ",
+    insert_cert!(),
+    "($9, $10, $11, $12, $13, $14, $15, $16, 0, $17, $18)"
+);
+const SQLITE_NODE_WITH_CERT: &str = concat!(
+    insert_node!(),
+    "; ",
+    insert_cert!(),
+    "($9, $10, $11, $12, $13, $14, $15, $16, 0, $17, $18)"
+);
+
+/// `q` with a new node's eight values bound next ([`insert_node!`]).
+fn bind_node<'q>(
+    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    n: &'q NewNode,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    q.bind(&n.id)
+        .bind(&n.tenant_id)
+        .bind(&n.pool_id)
+        .bind(&n.site_id)
+        .bind(n.role.as_str())
+        .bind(i64::from(n.identity_generation))
+        .bind(&n.hardware_key)
+        .bind(n.created_at)
+}
+
+/// `q` with a new certificate's ten values bound next ([`insert_cert!`]); `der_sha256` is its
+/// DER's hash.
+fn bind_cert<'q>(
+    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    c: &'q NewNodeCert,
+    der_sha256: &'q [u8],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    q.bind(&c.serial)
+        .bind(&c.node_id)
+        .bind(&c.der[..])
+        .bind(der_sha256)
+        .bind(i64::from(c.generation))
+        .bind(c.role.as_str())
+        .bind(c.not_before)
+        .bind(c.not_after)
+        .bind(json_list(&c.statements))
+        .bind(c.created_at)
+}
+
 fn node(row: &AnyRow) -> Result<NodeRow, StoreError> {
     let f = Fields::new(row, "nodes");
     Ok(NodeRow {
@@ -59,19 +127,21 @@ pub(super) fn cert(row: &AnyRow) -> Result<NodeCertRow, StoreError> {
 impl Tx {
     /// Creates a node, neither retired nor cordoned.
     pub async fn insert_node(&mut self, n: &NewNode) -> Result<(), StoreError> {
-        let q = sqlx::query(
-            "INSERT INTO nodes (id, tenant_id, pool_id, site_id, role, retired, cordoned, \
-             identity_generation, hardware_key, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, 0, 0, $6, $7, $8, $8)",
-        )
-        .bind(&n.id)
-        .bind(&n.tenant_id)
-        .bind(&n.pool_id)
-        .bind(&n.site_id)
-        .bind(n.role.as_str())
-        .bind(i64::from(n.identity_generation))
-        .bind(&n.hardware_key)
-        .bind(n.created_at);
+        self.execute(bind_node(sqlx::query(insert_node!()), n))
+            .await
+            .map(drop)
+    }
+
+    /// Inserts a new node and its first certificate ([`Tx::insert_node`], then
+    /// [`Tx::insert_node_cert`]) in one round trip: a joining node's two rows.
+    pub async fn insert_node_with_cert(
+        &mut self,
+        n: &NewNode,
+        c: &NewNodeCert,
+    ) -> Result<(), StoreError> {
+        let sql = self.pick(SQLITE_NODE_WITH_CERT, POSTGRES_NODE_WITH_CERT);
+        let der_sha256 = Sha256::digest(&c.der);
+        let q = bind_cert(bind_node(sqlx::query(sql), n), c, &der_sha256);
         self.execute(q).await.map(drop)
     }
 
@@ -157,22 +227,13 @@ impl Tx {
     /// finds it by the exact bytes the client presented.
     pub async fn insert_node_cert(&mut self, c: &NewNodeCert) -> Result<(), StoreError> {
         let der_sha256 = Sha256::digest(&c.der);
-        let q = sqlx::query(
-            "INSERT INTO node_certs (serial, node_id, der, der_sha256, generation, role, \
-             not_before, not_after, revoked, statements, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10)",
-        )
-        .bind(&c.serial)
-        .bind(&c.node_id)
-        .bind(&c.der[..])
-        .bind(&der_sha256[..])
-        .bind(i64::from(c.generation))
-        .bind(c.role.as_str())
-        .bind(c.not_before)
-        .bind(c.not_after)
-        .bind(json_list(&c.statements))
-        .bind(c.created_at);
-        self.execute(q).await.map(drop)
+        let sql = concat!(
+            insert_cert!(),
+            "($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10)"
+        );
+        self.execute(bind_cert(sqlx::query(sql), c, &der_sha256))
+            .await
+            .map(drop)
     }
 
     /// The certificate whose DER is exactly `der`, if this host issued it.

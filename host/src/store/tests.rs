@@ -710,6 +710,46 @@ fn cert_of(node_id: &str, serial: &str, generation: u32, created_at: i64) -> New
     }
 }
 
+/// A joining node's two rows go in together ([`Tx::insert_node_with_cert`]): the
+/// certificate's foreign key holds within the one statement, and a certificate that cannot
+/// go in leaves no node behind.
+#[tokio::test]
+async fn a_new_node_goes_in_with_its_first_certificate_or_not_at_all() {
+    for t in testing::all().await {
+        let b = t.db.backend();
+        let mut tx = t.db.begin().await.unwrap();
+        tx.insert_node_with_cert(&new_node("node_w"), &cert_of("node_w", "w1", 1, 100))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = t.db.begin().await.unwrap();
+        assert!(tx.node("node_w").await.unwrap().is_some(), "{b:?}");
+        let certs = tx.node_certs("node_w").await.unwrap();
+        assert_eq!(
+            certs.iter().map(|c| c.serial.as_str()).collect::<Vec<_>>(),
+            ["w1"],
+            "{b:?}"
+        );
+        tx.rollback().await.unwrap();
+
+        // The serial is taken: neither row stays.
+        let mut tx = t.db.begin().await.unwrap();
+        assert!(
+            tx.insert_node_with_cert(&new_node("node_x"), &cert_of("node_x", "w1", 1, 100))
+                .await
+                .is_err(),
+            "{b:?}"
+        );
+        assert!(
+            matches!(tx.commit().await, Err(StoreError::Aborted)),
+            "{b:?}"
+        );
+        let mut tx = t.db.begin().await.unwrap();
+        assert!(tx.node("node_x").await.unwrap().is_none(), "{b:?}");
+        tx.rollback().await.unwrap();
+    }
+}
+
 /// Why each of a node's certificates was revoked, by serial (`None`: live).
 async fn revocations(tx: &mut Tx, node_id: &str) -> Vec<(String, Option<Revocation>)> {
     tx.node_certs(node_id)
@@ -1344,6 +1384,55 @@ async fn a_rounds_audit_and_event_are_written_together() {
     }
 }
 
+/// The last spend of an admitting round carries its record ([`Tx::spend_token_recording`]):
+/// written with a use spent, and never without one, whatever the caller does next.
+#[tokio::test]
+async fn a_record_goes_in_with_its_spend_and_never_without() {
+    for t in testing::all().await {
+        let backend = t.db.backend();
+        let (audit, event) = record_rows();
+        seed_token(&t.db, "tok_s", 1).await;
+        let mut tx = t.db.begin().await.unwrap();
+        let spent = tx
+            .spend_token_recording("tok_s", &audit, &event)
+            .await
+            .unwrap();
+        assert_eq!((spent.id.as_str(), spent.uses_left), ("tok_s", 0));
+        tx.commit().await.unwrap();
+        // No use left, and no such token: nothing is written, even when committed.
+        for id in ["tok_s", "tok_none"] {
+            let mut tx = t.db.begin().await.unwrap();
+            assert!(
+                matches!(
+                    tx.spend_token_recording(id, &audit, &event).await,
+                    Err(StoreError::NoUsesLeft)
+                ),
+                "{backend:?}: {id}"
+            );
+            tx.commit().await.unwrap();
+        }
+        assert_eq!(uses_left(&t.db, "tok_s").await, 0);
+        let mut read = t.db.read().await.unwrap();
+        let audits = read.list_audits(0, 10).await.unwrap();
+        let events = read.list_events(0, 10).await.unwrap();
+        assert_eq!((audits.len(), events.len()), (1, 1), "{backend:?}");
+        assert_eq!(
+            (
+                audits[0].at,
+                audits[0].csr_sha256,
+                audits[0].client_addr.as_deref()
+            ),
+            (7, Some([9; 32]), Some("192.0.2.9:4000")),
+            "{backend:?}"
+        );
+        assert_eq!(
+            (events[0].kind.as_str(), &events[0].payload),
+            ("node.joined", &serde_json::json!({"round": 1})),
+            "{backend:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_record_commits_with_its_transaction_or_not_at_all() {
     for t in testing::all().await {
@@ -1833,17 +1922,21 @@ async fn a_token_changed_before_its_late_spend_is_not_spent() {
             _ => assert_eq!(other.consume_token(id).await.unwrap(), 0),
         }
         other.commit().await.unwrap();
-        let outcome = spends.apply(&mut tx).await;
+        let (audit, event) = record_rows();
+        let outcome = spends.commit(tx, &audit, &event).await;
         match (meanwhile, &outcome) {
             ("revoke", Err(Settle::Conflict("a token"))) => {}
             ("spend", Err(Settle::NoUsesLeft(spent))) if spent == id => {}
             _ => panic!("{meanwhile}: {outcome:?}"),
         }
-        drop(tx);
         let left = match meanwhile {
             "revoke" => 1,
             _ => 0,
         };
         assert_eq!(uses_left(&t.db, id).await, left, "{meanwhile}");
+        // Nor is the round recorded.
+        let mut read = t.db.read().await.unwrap();
+        assert!(read.list_audits(0, 10).await.unwrap().is_empty());
+        assert!(read.list_events(0, 10).await.unwrap().is_empty());
     }
 }

@@ -5,15 +5,7 @@ use sqlx::any::AnyRow;
 use super::decode::{Fields, flag};
 use super::{NewToken, StoreError, TokenExpect, TokenRow, Tx};
 
-/// The columns [`token`] reads.
-macro_rules! columns {
-    () => {
-        "id, role, secret_sha256, tenant_id, pool_id, site_id, expires_at, revoked, uses_total, \
-         uses_left, expect_product_uuid, expect_mac, expect_node_id, reclaim, created_at"
-    };
-}
-
-fn token(row: &AnyRow) -> Result<TokenRow, StoreError> {
+pub(super) fn token(row: &AnyRow) -> Result<TokenRow, StoreError> {
     let f = Fields::new(row, "join_tokens");
     Ok(TokenRow {
         id: f.text("id")?,
@@ -70,7 +62,7 @@ impl Tx {
         }
         let sql = concat!(
             "SELECT ",
-            columns!(),
+            token_columns!(),
             " FROM join_tokens WHERE id = $1 FOR UPDATE"
         );
         let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
@@ -79,7 +71,11 @@ impl Tx {
 
     /// Reads a token as committed, without locking it or waiting for a lock on it.
     pub async fn read_token(&mut self, id: &str) -> Result<Option<TokenRow>, StoreError> {
-        let sql = concat!("SELECT ", columns!(), " FROM join_tokens WHERE id = $1");
+        let sql = concat!(
+            "SELECT ",
+            token_columns!(),
+            " FROM join_tokens WHERE id = $1"
+        );
         let row = self.fetch_optional(sqlx::query(sql).bind(id)).await?;
         row.as_ref().map(token).transpose()
     }
@@ -92,7 +88,7 @@ impl Tx {
         let sql = concat!(
             "UPDATE join_tokens SET uses_left = uses_left - 1 WHERE id = $1 AND uses_left > 0 \
              RETURNING ",
-            columns!()
+            token_columns!()
         );
         match self.fetch_optional(sqlx::query(sql).bind(id)).await? {
             Some(row) => token(&row),
@@ -109,7 +105,7 @@ impl Tx {
     pub async fn list_tokens(&mut self) -> Result<Vec<TokenRow>, StoreError> {
         let sql = concat!(
             "SELECT ",
-            columns!(),
+            token_columns!(),
             " FROM join_tokens ORDER BY created_at, id"
         );
         let rows = self.fetch_all(sqlx::query(sql)).await?;
@@ -125,7 +121,7 @@ impl Tx {
     ) -> Result<Vec<TokenRow>, StoreError> {
         let sql = concat!(
             "SELECT ",
-            columns!(),
+            token_columns!(),
             " FROM join_tokens WHERE created_at > $1 OR (created_at = $1 AND id > $2) \
              ORDER BY created_at, id LIMIT $3"
         );
