@@ -123,45 +123,46 @@ pub(super) async fn database(db: &Db, joins: usize, tasks: usize) -> anyhow::Res
     Ok(joins as f64 / started.elapsed().as_secs_f64())
 }
 
-/// One token join's statements, as JoinService runs them.
+/// One token join's statements, as JoinService runs them: the attestor's read of its token,
+/// then the locked phase (the token judged as read, its spend under lock proving it unchanged).
 async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
     let mut read = db.read().await?;
     anyhow::ensure!(
-        read.lock_token(token).await?.is_some(),
+        read.read_token(token).await?.is_some(),
         "token {token} is gone"
     );
+    let _ = read.now().await?;
     drop(read);
     let mut tx = db.begin().await?;
-    tx.lock_token(token).await?.context("token row")?;
-    tx.consume_token(token).await?;
     let now = tx.now().await?;
     let node = format!("node_db{i:012}{:08x}", rand::random::<u32>());
-    tx.insert_node(&NewNode {
-        id: node.clone(),
-        tenant_id: "root".into(),
-        pool_id: None,
-        site_id: None,
-        role: NodeRole::Node,
-        identity_generation: 1,
-        hardware_key: None,
-        created_at: now,
-    })
-    .await?;
     // A certificate's size, distinct per join (rows are unique by the DER's hash).
     let serial = format!("{:032x}", rand::random::<u128>());
     let mut der = serial.clone().into_bytes();
     der.resize(600, 0x30);
-    tx.insert_node_cert(&NewNodeCert {
-        serial,
-        node_id: node.clone(),
-        der,
-        generation: 1,
-        role: NodeRole::Node,
-        not_before: now,
-        not_after: now + 86_400_000,
-        statements: vec![],
-        created_at: now,
-    })
+    tx.insert_node_with_cert(
+        &NewNode {
+            id: node.clone(),
+            tenant_id: "root".into(),
+            pool_id: None,
+            site_id: None,
+            role: NodeRole::Node,
+            identity_generation: 1,
+            hardware_key: None,
+            created_at: now,
+        },
+        &NewNodeCert {
+            serial,
+            node_id: node.clone(),
+            der,
+            generation: 1,
+            role: NodeRole::Node,
+            not_before: now,
+            not_after: now + 86_400_000,
+            statements: vec![],
+            created_at: now,
+        },
+    )
     .await?;
     let audit = NewAudit {
         at: now,
@@ -186,6 +187,7 @@ async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
         token_id: Some(token.to_owned()),
         payload: serde_json::json!({ "attestor": "join-token" }),
     };
-    tx.commit_with_audit_and_event(&audit, &event).await?;
+    tx.spend_token_recording(token, &audit, &event).await?;
+    tx.commit().await?;
     Ok(())
 }

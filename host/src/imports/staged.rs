@@ -191,7 +191,10 @@ impl Staged {
     /// (Postgres), reads each again and compares it with what the guest saw, then applies the
     /// buffered writes that `apply` allows, but for token spends: those are returned, for
     /// JoinService to apply last ([`Spends::commit`]). `effects.locked_tokens` is refreshed with
-    /// the token rows as read now, so the host's own token checks judge the row it spends.
+    /// the token rows the host's own token checks judge: a token this round spends is judged
+    /// as the guest saw it, and its spend, under the row's lock, proves the row unchanged but
+    /// for its uses left (a conflict otherwise) before anything commits, so it is not read
+    /// again here (a round trip fewer in every token join); any other token is read again now.
     ///
     /// Tokens are read here, not locked: a token's spend locks its row, last in the locked
     /// phase, so the joins on one many-use token hold it only from their spend to their
@@ -209,6 +212,18 @@ impl Staged {
         effects.locked_tokens.clear();
         tx.lock_rows(&self.locks()).await?;
         for read in &self.reads {
+            if let Read::Token(id, Some(seen)) = read
+                && apply == Apply::Everything
+                && self
+                    .writes
+                    .iter()
+                    .any(|w| matches!(w, Write::ConsumeToken(spent) if spent == id))
+            {
+                if !effects.locked_tokens.iter().any(|t| t.id == seen.id) {
+                    effects.locked_tokens.push(seen.clone());
+                }
+                continue;
+            }
             if !self.replay(tx, read, effects).await? {
                 return Err(Settle::Conflict(read.what()));
             }
