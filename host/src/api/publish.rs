@@ -191,7 +191,7 @@ pub struct Readiness {
 pub async fn readiness(db: &Db, join: &JoinService) -> Readiness {
     let database = tokio::time::timeout(READY_TIMEOUT, async {
         let mut tx = db.read().await?;
-        tx.now().await
+        tx.ping().await
     })
     .await;
     let attestors = join.runtime().attestors().len();

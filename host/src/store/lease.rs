@@ -274,7 +274,7 @@ mod tests {
             .await
             .unwrap();
         terminate(&t.url, row.get::<i32, _>("pid")).await;
-        let failed = tx.now().await.unwrap_err();
+        let failed = tx.ping().await.unwrap_err();
         assert!(
             matches!(&failed, crate::store::StoreError::Query(e) if lost(e)),
             "{failed:?}"

@@ -284,6 +284,14 @@ impl Tx {
         Ok(ms)
     }
 
+    /// A statement that reads nothing, sent to the database: whether it answers. Not
+    /// [`Tx::now`], which on Postgres may answer from the last reading of its clock.
+    pub async fn ping(&mut self) -> Result<(), StoreError> {
+        self.fetch_one(sqlx::query("SELECT 1 AS one"))
+            .await
+            .map(drop)
+    }
+
     /// Chooses the statement for this backend.
     pub(super) fn pick(&self, sqlite: &'static str, postgres: &'static str) -> &'static str {
         match self.backend {
