@@ -52,17 +52,7 @@ async fn batch(db: &Db, rows: std::ops::Range<usize>) -> anyhow::Result<()> {
     let now = tx.now().await?;
     for i in rows {
         let node_id = format!("node_{}", random_base32());
-        tx.insert_node(&NewNode {
-            id: node_id.clone(),
-            tenant_id: "root".into(),
-            pool_id: None,
-            site_id: None,
-            role: NodeRole::Node,
-            identity_generation: 1,
-            hardware_key: None,
-            created_at: now,
-        })
-        .await?;
+        tx.insert_node(&root_node(node_id.clone(), now)).await?;
         // A certificate's size; unique, as rows are by their DER's hash.
         let mut der = format!("fill {i:08}").into_bytes();
         der.resize(600, 0x30);
@@ -97,6 +87,20 @@ async fn batch(db: &Db, rows: std::ops::Range<usize>) -> anyhow::Result<()> {
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// A node of the root tenant in no pool or site, as a token join of the benchmark makes it.
+pub(crate) fn root_node(id: String, created_at: i64) -> NewNode {
+    NewNode {
+        id,
+        tenant_id: "root".into(),
+        pool_id: None,
+        site_id: None,
+        role: NodeRole::Node,
+        identity_generation: 1,
+        hardware_key: None,
+        created_at,
+    }
 }
 
 /// 26 characters of lowercase base32 (130 random bits), as the host's ids have after their

@@ -15,8 +15,7 @@ use sha2::{Digest, Sha256};
 
 use gatehouse::pki::{IssueRequest, Pki, verify_csr};
 use gatehouse::store::{
-    AuditResult, Db, NewAudit, NewEvent, NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect,
-    TokenRole,
+    AuditResult, Db, NewAudit, NewEvent, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole,
 };
 
 /// Microseconds of CPU one join's crypto takes, measured one operation after another.
@@ -141,16 +140,7 @@ async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
     let mut der = serial.clone().into_bytes();
     der.resize(600, 0x30);
     tx.insert_node_with_cert(
-        &NewNode {
-            id: node.clone(),
-            tenant_id: "root".into(),
-            pool_id: None,
-            site_id: None,
-            role: NodeRole::Node,
-            identity_generation: 1,
-            hardware_key: None,
-            created_at: now,
-        },
+        &super::fill::root_node(node.clone(), now),
         &NewNodeCert {
             serial,
             node_id: node.clone(),
