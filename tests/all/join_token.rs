@@ -193,3 +193,62 @@ async fn each_refusal_reaches_the_agent_as_access_denied_with_its_reason_in_the_
         host.stop().await;
     }
 }
+
+/// A token revoked while its join is in flight admits nothing, deterministically. The attestor
+/// reads the token as committed (the revocation is not committed yet); the locked phase judges
+/// the token as read, and its spend waits on the row lock the revocation holds; the revocation
+/// commits, the spend returns the revoked row, the round runs again and the attestor refuses
+/// `revoked`. The spend is the one check between the attestor's read and the commit, so this is
+/// the rule it holds: no use spent, no node or certificate, no admission recorded. PostgreSQL
+/// only: SQLite's one writer leaves no room between the read and the spend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_mid_join_admits_nothing() {
+    if !backends().contains(&Backend::Postgres) {
+        eprintln!("skipped: DATABASE_URL is not set");
+        return;
+    }
+    let host = TestHost::start(Backend::Postgres).await;
+    let token = host.create_token("node", 1).await;
+
+    let mut revoking = host.running.db.begin().await.unwrap();
+    assert!(revoking.revoke_token(&token.id).await.unwrap());
+    use sqlx::Connection as _;
+    let mut watch = sqlx::PgConnection::connect(&host.database_url)
+        .await
+        .unwrap();
+    let (joined, ()) = tokio::join!(
+        join_once(&host, &token, Role::Node, Claims::default()),
+        async {
+            crate::common::lock_waiters(&mut watch, 1).await;
+            revoking.commit().await.unwrap();
+        }
+    );
+    assert!(
+        matches!(joined, Err(JoinError::Denied)),
+        "{:?}",
+        joined.map(|j| j.node_id)
+    );
+    let reasons = host.refusal_reasons().await;
+    assert_eq!(reasons, ["revoked"]);
+
+    let mut read = host.running.db.read().await.unwrap();
+    let row = read.read_token(&token.id).await.unwrap().unwrap();
+    assert_eq!((row.revoked, row.uses_left), (true, 1), "a use was spent");
+    assert!(
+        read.list_nodes().await.unwrap().is_empty(),
+        "a node was made"
+    );
+    let audits = read.list_audits(0, 100).await.unwrap();
+    assert!(
+        audits
+            .iter()
+            .all(|a| a.result != gatehouse::store::AuditResult::Admitted),
+        "{audits:?}"
+    );
+    drop(read);
+    assert!(
+        host.events().await.iter().all(|e| e.kind != "node.joined"),
+        "an admission was recorded"
+    );
+    host.stop().await;
+}
