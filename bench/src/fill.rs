@@ -10,7 +10,10 @@
 
 use anyhow::Context as _;
 
-use gatehouse::store::{Db, NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole};
+use gatehouse::pki::new_serial;
+use gatehouse::store::{
+    Db, NewNode, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole, new_id,
+};
 
 /// Rows per transaction.
 const BATCH: usize = 2_000;
@@ -20,11 +23,12 @@ const WRITERS: usize = 4;
 
 /// Writes `nodes` nodes, each with a certificate, a binding and a spent token, into `db`.
 ///
-/// Node ids, token ids and serials are random like those the host makes, so they are spread
-/// over the whole of each index, as a fleet's are, and the benchmark's own new rows land among
-/// them. Sequential ids (as before 2026-12-05) sorted in one narrow range that new rows never
-/// touched, which made a large database look cheaper than it is: with 100,000 rows, the
-/// database limit was about a fifth higher than with random ones.
+/// Node ids, token ids and serials are made by the host's own makers ([`new_id`],
+/// [`new_serial`]): they start with the time they were made, so a filled fleet's rows sort as
+/// a fleet's do, oldest first, and the benchmark's new rows land after them. (Before
+/// 2026-12-05 the fill made sequential ids in one narrow range, which made a large database
+/// look cheaper than it was; from then until the host's keys became time-ordered, random ones
+/// as the host made them.)
 pub async fn fill(db: &Db, nodes: usize) -> anyhow::Result<()> {
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut writers = tokio::task::JoinSet::new();
@@ -51,14 +55,13 @@ async fn batch(db: &Db, rows: std::ops::Range<usize>) -> anyhow::Result<()> {
     let mut tx = db.begin().await?;
     let now = tx.now().await?;
     for i in rows {
-        let node_id = format!("node_{}", random_base32());
+        let node_id = new_id("node_");
         tx.insert_node(&root_node(node_id.clone(), now)).await?;
         // A certificate's size; unique, as rows are by their DER's hash.
         let mut der = format!("fill {i:08}").into_bytes();
         der.resize(600, 0x30);
         tx.insert_node_cert(&NewNodeCert {
-            // 16 bytes, positive, top byte's next bit set: as `pki::issue` makes them.
-            serial: format!("{:032x}", (rand::random::<u128>() >> 2) | (1 << 126)),
+            serial: new_serial()?.1,
             node_id: node_id.clone(),
             der,
             generation: 1,
@@ -71,7 +74,7 @@ async fn batch(db: &Db, rows: std::ops::Range<usize>) -> anyhow::Result<()> {
         .await?;
         tx.bind("fill", &format!("value-{i:08}"), &node_id).await?;
         tx.insert_token(&NewToken {
-            id: format!("tok_{}", random_base32()),
+            id: new_id("tok_"),
             role: TokenRole::Node,
             secret_sha256: [0; 32],
             tenant_id: "root".into(),
@@ -101,15 +104,4 @@ pub(crate) fn root_node(id: String, created_at: i64) -> NewNode {
         hardware_key: None,
         created_at,
     }
-}
-
-/// 26 characters of lowercase base32 (130 random bits), as the host's ids have after their
-/// prefix (the host's maker is crate-private, and a fill needs only the same spread).
-fn random_base32() -> String {
-    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
-    let bytes: [u8; 26] = rand::random();
-    bytes
-        .iter()
-        .map(|b| ALPHABET[usize::from(b & 31)] as char)
-        .collect()
 }

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
-use gatehouse::pki::{IssueRequest, Pki, verify_csr};
+use gatehouse::pki::{IssueRequest, Pki, new_serial, verify_csr};
 use gatehouse::store::{
     AuditResult, Db, NewAudit, NewEvent, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole,
+    new_id,
 };
 
 /// Microseconds of CPU one join's crypto takes, measured one operation after another.
@@ -112,7 +113,7 @@ pub(super) async fn database(db: &Db, joins: usize, tasks: usize) -> anyhow::Res
                 if i >= joins {
                     return Ok::<(), anyhow::Error>(());
                 }
-                one_join(&db, &format!("tok_db{prefix}{i:08}"), i).await?;
+                one_join(&db, &format!("tok_db{prefix}{i:08}")).await?;
             }
         });
     }
@@ -124,7 +125,7 @@ pub(super) async fn database(db: &Db, joins: usize, tasks: usize) -> anyhow::Res
 
 /// One token join's statements, as JoinService runs them: the attestor's read of its token,
 /// then the locked phase (the token judged as read, its spend under lock proving it unchanged).
-async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
+async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
     let mut read = db.read().await?;
     anyhow::ensure!(
         read.read_token(token).await?.is_some(),
@@ -134,9 +135,10 @@ async fn one_join(db: &Db, token: &str, i: usize) -> anyhow::Result<()> {
     drop(read);
     let mut tx = db.begin().await?;
     let now = tx.now().await?;
-    let node = format!("node_db{i:012}{:08x}", rand::random::<u32>());
+    // Keys made as the host makes them, so they land in the indexes where the host's do.
+    let node = new_id("node_");
     // A certificate's size, distinct per join (rows are unique by the DER's hash).
-    let serial = format!("{:032x}", rand::random::<u128>());
+    let serial = new_serial()?.1;
     let mut der = serial.clone().into_bytes();
     der.resize(600, 0x30);
     tx.insert_node_with_cert(

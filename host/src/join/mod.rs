@@ -33,7 +33,7 @@ use crate::runtime::Runtime;
 use crate::runtime::bindings::types::{
     self as wit, Deferral, HardwareClaims, JoinRole, OpenedToken, Outcome,
 };
-use crate::store::{Db, NewNode, NewNodeCert, NodeRole, NodeRow, RowLock, StoreError, Tx};
+use crate::store::{Db, NewNode, NewNodeCert, NodeRole, NodeRow, RowLock, StoreError, Tx, new_id};
 pub use record::ClientInfo;
 use record::{Decision, Round};
 pub use refusal::Refusal;
@@ -1170,16 +1170,6 @@ fn wit_role(role: Role) -> JoinRole {
         Role::Site => JoinRole::Site,
         Role::Ramdisk => JoinRole::Ramdisk,
     }
-}
-
-/// A fresh id: `prefix` and 26 characters of lowercase base32 (130 random bits).
-pub(crate) fn new_id(prefix: &str) -> String {
-    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
-    let bytes: [u8; 26] = rand::random();
-    let mut id = String::with_capacity(prefix.len() + 26);
-    id.push_str(prefix);
-    id.extend(bytes.iter().map(|b| ALPHABET[usize::from(b & 31)] as char));
-    id
 }
 
 /// A certificate to issue.

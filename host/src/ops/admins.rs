@@ -115,7 +115,7 @@ pub async fn create(db: &Db, actor: &Actor, req: CreateAdmin) -> Result<CreatedA
         )));
     }
     let secret: [u8; 32] = rand::random();
-    let key_id = crate::join::new_id("adm_");
+    let key_id = crate::store::new_id("adm_");
     let key = format!("{KEY_PREFIX}.{key_id}.{}", URL_SAFE_NO_PAD.encode(secret));
     let mut tx = db.begin().await?;
     let now = tx.now().await?;

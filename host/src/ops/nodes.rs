@@ -377,7 +377,7 @@ pub async fn record_inventory(
     let (mut tx, node) = begin_node_action(db, id).await?;
     let at = tx.now().await?;
     let row = InventoryRow {
-        id: crate::join::new_id("inv_"),
+        id: crate::store::new_id("inv_"),
         node_id: node.id.clone(),
         product_uuid,
         macs,

@@ -54,7 +54,7 @@ pub(crate) struct Minted {
 pub(crate) async fn mint(tx: &mut Tx, m: Mint) -> Result<Minted, StoreError> {
     let secret: [u8; 32] = rand::random();
     let token = gatehouse_proto::TokenString {
-        id: crate::join::new_id("tok_"),
+        id: crate::store::new_id("tok_"),
         secret: secret.to_vec(),
     };
     let expires_at = m.now.saturating_add(m.ttl_ms);

@@ -127,7 +127,7 @@ async fn start_discovery(
     }
     let now = tx.now().await?;
     let workflow = DiscoveryWorkflowRow {
-        id: crate::join::new_id("wf_"),
+        id: crate::store::new_id("wf_"),
         tenant_id: req.tenant_id.into_string(),
         site_id: req.site_id.into_string(),
         mac,
@@ -219,7 +219,7 @@ async fn start_provisioning(
         },
     )
     .await?;
-    let workflow_id = crate::join::new_id("wf_");
+    let workflow_id = crate::store::new_id("wf_");
     let user_data = gatehouse_proto::userdata::render(&gatehouse_proto::userdata::Userdata {
         workflow_id: &workflow_id,
         node_id: &node.id,

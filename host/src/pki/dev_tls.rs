@@ -69,7 +69,7 @@ pub fn dev_tls(names: &[String]) -> Result<DevTls, PkiError> {
         .push(DnType::CommonName, "Gatehouse development TLS CA");
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    ca.serial_number = Some(issue::random_serial()?.0);
+    ca.serial_number = Some(issue::new_serial()?.0);
     ca.not_before = not_before;
     ca.not_after = not_after;
     let ca_cert = ca.self_signed(&ca_key)?;
@@ -85,7 +85,7 @@ pub fn dev_tls(names: &[String]) -> Result<DevTls, PkiError> {
     leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     leaf.use_authority_key_identifier_extension = true;
-    leaf.serial_number = Some(issue::random_serial()?.0);
+    leaf.serial_number = Some(issue::new_serial()?.0);
     leaf.not_before = not_before;
     leaf.not_after = not_after;
     let cert = leaf.signed_by(&key, &issuer)?;

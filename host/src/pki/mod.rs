@@ -38,7 +38,7 @@ pub use bundle::{BundleError, MIN_SECRET_LEN, join_trust_from_bundle};
 pub use csr::{CsrError, MAX_CSR_LEN, VerifiedCsr, verify_csr};
 pub use dev_tls::{DevTls, dev_tls};
 pub use identity::{IdentityError, spiffe_node_id};
-pub use issue::{IssueError, IssueRequest, IssuedCert, MAX_URIS, STATEMENT_PREFIX};
+pub use issue::{IssueError, IssueRequest, IssuedCert, MAX_URIS, STATEMENT_PREFIX, new_serial};
 pub use live::{LivePki, ReplaceError};
 pub use publish::{CrlEntry, SpiffeBundle, SpiffeJwk, pem_block};
 pub use rcgen::RevocationReason;
@@ -147,7 +147,7 @@ fn new_node_ca(trust_domain: &str) -> Result<rotation::CaParts, PkiError> {
     );
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    params.serial_number = Some(issue::random_serial()?.0);
+    params.serial_number = Some(issue::new_serial()?.0);
     let now = time::OffsetDateTime::now_utc();
     // Back-dated an hour for relying parties whose clocks lag.
     params.not_before = now - time::Duration::hours(1);

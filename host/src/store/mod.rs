@@ -43,6 +43,7 @@ mod error;
 mod group;
 mod join_requests;
 mod journal;
+mod keys;
 mod kv;
 mod lease;
 mod locks;
@@ -67,6 +68,7 @@ pub use db::{Backend, Cursor, Db, PoolCursor, sqlite_url};
 pub use error::StoreError;
 pub(crate) use join_requests::new_id as new_join_request_id;
 pub use journal::AuditFilter;
+pub use keys::new_id;
 pub use kv::KV_VALUE_MAX;
 pub use locks::RowLock;
 pub use provisioning::{
