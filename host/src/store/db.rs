@@ -20,7 +20,7 @@ use super::{StoreError, Tx, migrate};
 pub(super) const WAIT: Duration = Duration::from_secs(5);
 
 /// Connections per Postgres pool (per replica).
-const POSTGRES_CONNECTIONS: u32 = 10;
+pub(super) const POSTGRES_CONNECTIONS: u32 = 10;
 
 /// Connections of the read pool (per replica), which the reads of running attestors use one
 /// statement at a time. Separate from the write pool, so guests that read in a loop never make
@@ -60,6 +60,24 @@ const SQLITE_READ_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA query_only
 /// Set on every connection of Postgres' read pool: a read of a running attestor is bounded
 /// like any statement of a join.
 const POSTGRES_READ_SETTINGS: &str = "SET statement_timeout = '5s'";
+
+/// Set on every connection of Postgres' write pool, for the session. `statement_timeout` and
+/// `lock_timeout` bound every statement and lock wait of a write transaction (the row lock on
+/// a token is held from its spend to the commit); `idle_in_transaction_session_timeout` ends
+/// a session a stuck caller left open inside a transaction.
+///
+/// Why for the session and not `SET LOCAL` after each `BEGIN`: the bounds are the same for
+/// every transaction, and three statements parsed, run and reset at every commit cost the
+/// server CPU a join shares with the host on one machine. The one user of the pool that must
+/// not be bounded, the migrations, lifts them on its connection ([`Db::migrate`]).
+const POSTGRES_WRITE_SETTINGS: &str = "SET statement_timeout = '5s'; \
+                                       SET lock_timeout = '5s'; \
+                                       SET idle_in_transaction_session_timeout = '60s'";
+
+/// What [`Db::migrate`] sets on its Postgres connection before migrating: a migration may
+/// rewrite a large table, and the migrator waits on an advisory lock while another replica
+/// migrates; neither has a bound that fits every deployment.
+const POSTGRES_MIGRATE_SETTINGS: &str = "SET statement_timeout = 0; SET lock_timeout = 0";
 
 /// Which database a [`Db`] talks to; the few statements that differ are chosen by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +151,16 @@ impl Db {
                         })
                     })
             }
-            Backend::Postgres => options.max_connections(POSTGRES_CONNECTIONS),
+            Backend::Postgres => {
+                options
+                    .max_connections(POSTGRES_CONNECTIONS)
+                    .after_connect(|conn, _meta| {
+                        Box::pin(async move {
+                            conn.execute(POSTGRES_WRITE_SETTINGS).await?;
+                            Ok(())
+                        })
+                    })
+            }
         };
         let pool = options.connect(url).await.map_err(StoreError::Connect)?;
         let pool = Connections::new(pool);
@@ -175,9 +202,24 @@ impl Db {
     /// Applies the embedded migrations of this backend that are not applied yet. Safe to run
     /// at every start and, on Postgres, from several replicas at once (an advisory lock
     /// serialises them).
+    ///
+    /// On Postgres the write pool's timeouts are lifted for the migrations and set again after;
+    /// a connection that cannot be set again (or whose migration failed half-way) is closed
+    /// rather than returned to the pool unbounded.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mut conn = self.pool.acquire().await?;
-        migrate::run(&mut conn, self.backend).await
+        if self.backend == Backend::Sqlite {
+            return migrate::run(&mut conn, self.backend).await;
+        }
+        if let Err(e) = conn.execute(POSTGRES_MIGRATE_SETTINGS).await {
+            conn.discard();
+            return Err(StoreError::Query(e));
+        }
+        let migrated = migrate::run(&mut conn, self.backend).await;
+        if migrated.is_err() || conn.execute(POSTGRES_WRITE_SETTINGS).await.is_err() {
+            conn.discard();
+        }
+        migrated
     }
 
     /// The backend this pool talks to.
@@ -193,8 +235,9 @@ impl Db {
     }
 
     /// Opens a write transaction: `BEGIN IMMEDIATE` on SQLite (so a later write never fails
-    /// to upgrade a read lock, and waiting honours the busy timeout); on Postgres `BEGIN` with
-    /// a 5 s `statement_timeout` and `lock_timeout`. See [`Tx`] for what happens when it is
+    /// to upgrade a read lock, and waiting honours the busy timeout); on Postgres `BEGIN` on a
+    /// connection whose every statement and lock wait is bounded by 5 s
+    /// ([`POSTGRES_WRITE_SETTINGS`]). See [`Tx`] for what happens when it is
     /// dropped instead of committed.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         Tx::begin(&self.pool, self.backend, self.group.as_ref(), &self.clock).await

@@ -1940,3 +1940,34 @@ async fn a_token_changed_before_its_late_spend_is_not_spent() {
         assert!(read.list_events(0, 10).await.unwrap().is_empty());
     }
 }
+
+/// Every connection of Postgres' write pool bounds its statements and lock waits for the
+/// session, the one the migrations ran on too: they lift the bounds for themselves and set
+/// them again before the connection goes back to the pool.
+#[tokio::test]
+async fn postgres_write_connections_stay_bounded_after_migrating() {
+    let Some(t) = testing::postgres().await else {
+        eprintln!("skipped: DATABASE_URL is not set");
+        return;
+    };
+    // Again, with nothing to apply: the lifting and setting again still run.
+    t.db.migrate().await.unwrap();
+    let connections = t.db.connections();
+    let mut every = Vec::new();
+    for _ in 0..db::POSTGRES_CONNECTIONS {
+        every.push(connections.acquire().await.unwrap());
+    }
+    for conn in &mut every {
+        for (setting, bound) in [
+            ("statement_timeout", "5s"),
+            ("lock_timeout", "5s"),
+            ("idle_in_transaction_session_timeout", "1min"),
+        ] {
+            let row = sqlx::query(&format!("SHOW {setting}"))
+                .fetch_one(&mut **conn)
+                .await
+                .unwrap();
+            assert_eq!(row.get::<String, _>(0), bound, "{setting}");
+        }
+    }
+}

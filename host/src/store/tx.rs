@@ -23,13 +23,6 @@ use super::group::{self, GroupCommit};
 use super::lease::{self, Connections, Lease};
 use super::{Backend, StoreError};
 
-/// Begins a Postgres transaction in one round trip. `statement_timeout` and `lock_timeout`
-/// bound every statement and lock wait (the row lock on a token is held while an attestor
-/// runs); `idle_in_transaction_session_timeout` ends a session a stuck caller left open.
-const POSTGRES_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = '5s'; \
-                              SET LOCAL lock_timeout = '5s'; \
-                              SET LOCAL idle_in_transaction_session_timeout = '60s'";
-
 /// Database time in ms since the Unix epoch.
 const POSTGRES_NOW: &str = concat!("SELECT ", postgres_now!(), " AS now");
 
@@ -155,7 +148,8 @@ impl Tx {
                 tx.unsent_begin = true;
                 return Ok(tx);
             }
-            (None, Backend::Postgres) => POSTGRES_BEGIN,
+            // The write pool's connections bound every statement (`db::POSTGRES_WRITE_SETTINGS`).
+            (None, Backend::Postgres) => "BEGIN",
             // Takes SQLite's write lock at once: a deferred `BEGIN` that reads first fails
             // with "database is locked" on its first write, without waiting for the busy
             // timeout.
