@@ -12,7 +12,7 @@ use sqlx::any::AnyPoolOptions;
 use super::checkpoint::{Checkpointer, writer_backstop_pages};
 use super::clock::Clock;
 use super::group::GroupCommit;
-use super::lease::Connections;
+use super::lease::{Connections, Retire};
 use super::{StoreError, Tx, migrate};
 
 /// How long a transaction waits for a pooled connection, and on SQLite for the write lock
@@ -163,7 +163,11 @@ impl Db {
             }
         };
         let pool = options.connect(url).await.map_err(StoreError::Connect)?;
-        let pool = Connections::new(pool);
+        let retire = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(Retire::POSTGRES),
+        };
+        let pool = Connections::new(pool, retire);
         let settings = match backend {
             Backend::Sqlite => SQLITE_READ_PRAGMAS,
             Backend::Postgres => POSTGRES_READ_SETTINGS,
@@ -179,7 +183,7 @@ impl Db {
             })
             .connect_lazy(url)
             .map_err(StoreError::Connect)?;
-        let reads = Connections::new(reads);
+        let reads = Connections::new(reads, retire);
         let group = match backend {
             Backend::Sqlite => {
                 let checkpointer = Checkpointer::start(url)

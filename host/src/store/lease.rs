@@ -17,7 +17,9 @@
 //!   test on acquire, its default, covers it);
 //! - an abandoned statement's answer is still drained before the next statement: sqlx's
 //!   Postgres connection waits until it is ready for a query before each one, and SQLite's
-//!   worker runs queued commands in order.
+//!   worker runs queued commands in order;
+//! - a Postgres connection is retired as sqlx's pool would retire it ([`Retire`]): kept idle
+//!   too long, or open too long.
 //!
 //! Waiting is first come, first served (tokio's semaphore is fair), as in sqlx's pool: SQLite's
 //! commit batches rely on it ([`super::group`]).
@@ -38,6 +40,28 @@ use super::db::WAIT;
 /// storage error, which a join answers as retryable) and it is closed.
 const PING_IF_IDLE: Duration = Duration::from_secs(1);
 
+/// When kept connections are closed, as sqlx's pool closes its own (its `idle_timeout` and
+/// `max_lifetime`, whose defaults these are): a connection stays checked out of that pool
+/// between leases, so the pool never sees it idle or old.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Retire {
+    /// A connection kept idle this long is closed: after a burst the server gets its sessions
+    /// back (a replica holds up to its pools' size in server connections only while busy).
+    pub idle: Duration,
+    /// A connection open this long is closed when its lease ends: a session's server-side
+    /// caches do not grow without end, and a server moved behind a proxy, a DNS name or a
+    /// failover is reached anew within this bound.
+    pub age: Duration,
+}
+
+impl Retire {
+    /// sqlx's pool defaults: idle 10 minutes, age 30 minutes.
+    pub(super) const POSTGRES: Retire = Retire {
+        idle: Duration::from_secs(10 * 60),
+        age: Duration::from_secs(30 * 60),
+    };
+}
+
 /// The connections of one pool: at most as many leases at once as the pool has connections.
 #[derive(Debug)]
 pub(super) struct Connections {
@@ -45,6 +69,9 @@ pub(super) struct Connections {
     /// One per connection the pool may open.
     permits: Arc<Semaphore>,
     kept: Mutex<Kept>,
+    /// None: kept until lost or closed (SQLite's write connection may carry an open commit
+    /// batch between transactions, so nothing may close it on its own).
+    retire: Option<Retire>,
 }
 
 #[derive(Debug, Default)]
@@ -60,16 +87,30 @@ struct Kept {
 struct Idle {
     conn: PoolConnection<Any>,
     since: Instant,
+    opened: Instant,
+}
+
+impl Idle {
+    /// Whether `retire` closes this connection now rather than leasing it again.
+    fn retired(&self, retire: Option<Retire>) -> bool {
+        retire.is_some_and(|r| self.since.elapsed() >= r.idle || self.opened.elapsed() >= r.age)
+    }
+
+    fn close(mut self) {
+        self.conn.close_on_drop();
+    }
 }
 
 impl Connections {
-    /// Leases connections of `pool`: as many at once as it may open.
-    pub(super) fn new(pool: AnyPool) -> Arc<Self> {
+    /// Leases connections of `pool`: as many at once as it may open, each closed as `retire`
+    /// says (never, if none).
+    pub(super) fn new(pool: AnyPool, retire: Option<Retire>) -> Arc<Self> {
         let size = pool.options().get_max_connections() as usize;
         Arc::new(Self {
             pool,
             permits: Arc::new(Semaphore::new(size)),
             kept: Mutex::default(),
+            retire,
         })
     }
 
@@ -88,25 +129,62 @@ impl Connections {
         };
         loop {
             let idle = self.kept().idle.pop();
-            let Some(Idle { mut conn, since }) = idle else {
+            let Some(mut idle) = idle else {
                 let conn = self.pool.acquire().await?;
-                return Ok(self.lease(conn, permit));
+                return Ok(self.lease(conn, Instant::now(), permit));
             };
-            if since.elapsed() <= PING_IF_IDLE || conn.ping().await.is_ok() {
-                return Ok(self.lease(conn, permit));
+            if idle.retired(self.retire) {
+                idle.close();
+                continue;
+            }
+            if idle.since.elapsed() <= PING_IF_IDLE || idle.conn.ping().await.is_ok() {
+                return Ok(self.lease(idle.conn, idle.opened, permit));
             }
             // Lost while idle: closed, and the next kept one (or a new one) is tried.
-            conn.close_on_drop();
+            idle.close();
         }
     }
 
-    fn lease(self: &Arc<Self>, conn: PoolConnection<Any>, permit: OwnedSemaphorePermit) -> Lease {
+    fn lease(
+        self: &Arc<Self>,
+        conn: PoolConnection<Any>,
+        opened: Instant,
+        permit: OwnedSemaphorePermit,
+    ) -> Lease {
         Lease {
             conn: Some(conn),
+            opened,
             home: self.clone(),
             discard: false,
             _permit: permit,
         }
+    }
+
+    /// Keeps `conn` for the next lease, unless it is retired or the pool closed; closes the
+    /// kept connection idle longest if it has been idle too long (the most recently used are
+    /// leased first, so under light load the others would otherwise wait forever).
+    fn keep(&self, conn: PoolConnection<Any>, opened: Instant) {
+        let idle = Idle {
+            conn,
+            since: Instant::now(),
+            opened,
+        };
+        let mut retired = Vec::new();
+        {
+            let mut kept = self.kept();
+            if kept.closed {
+                return; // `idle` drops: back to the pool, which closes it.
+            }
+            if idle.retired(self.retire) {
+                retired.push(idle);
+            } else {
+                kept.idle.push(idle);
+            }
+            if kept.idle.first().is_some_and(|i| i.retired(self.retire)) {
+                retired.push(kept.idle.remove(0));
+            }
+        }
+        retired.into_iter().for_each(Idle::close);
     }
 
     /// Refuses new leases and closes every connection, waiting for leased ones to end.
@@ -140,6 +218,8 @@ impl Connections {
 pub(super) struct Lease {
     /// Some until dropped.
     conn: Option<PoolConnection<Any>>,
+    /// When the connection was opened ([`Retire::age`]).
+    opened: Instant,
     home: Arc<Connections>,
     discard: bool,
     /// Released after the connection is kept (field order), so whoever it admits finds it.
@@ -178,14 +258,7 @@ impl Drop for Lease {
             conn.close_on_drop();
             return;
         }
-        let mut kept = self.home.kept();
-        if !kept.closed {
-            kept.idle.push(Idle {
-                conn,
-                since: Instant::now(),
-            });
-        }
-        // Closed: `conn` drops here, back to the pool, which closes it.
+        self.home.keep(conn, self.opened);
     }
 }
 
@@ -283,6 +356,97 @@ mod tests {
         let mut tx = t.db.begin().await.unwrap();
         tx.now().await.unwrap();
         tx.commit().await.unwrap();
+    }
+
+    /// Postgres connections are closed, not kept, once idle or open too long: the next lease
+    /// gets a new session and the old one is gone from the server.
+    #[tokio::test]
+    async fn postgres_connections_retire_when_idle_or_old() {
+        let Some(t) = testing::postgres().await else {
+            eprintln!("skipped: DATABASE_URL is not set");
+            return;
+        };
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(2)
+            .connect(&t.url)
+            .await
+            .unwrap();
+        let retire = Retire {
+            idle: Duration::from_millis(300),
+            age: Duration::from_millis(1_500),
+        };
+        let connections = Connections::new(pool, Some(retire));
+        let first = backend_pid(&mut connections.acquire().await.unwrap()).await;
+        // Kept while in use...
+        let again = backend_pid(&mut connections.acquire().await.unwrap()).await;
+        assert_eq!(again, first);
+        // ...closed once idle too long.
+        tokio::time::sleep(retire.idle + Duration::from_millis(100)).await;
+        let second = backend_pid(&mut connections.acquire().await.unwrap()).await;
+        assert_ne!(second, first);
+        assert_session_ends(&t.url, first).await;
+        // Leased again and again, never idle long: closed once old.
+        let started = Instant::now();
+        let mut pid = second;
+        while pid == second {
+            assert!(started.elapsed() < retire.age * 2, "never retired");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            pid = backend_pid(&mut connections.acquire().await.unwrap()).await;
+        }
+        assert!(started.elapsed() + Duration::from_millis(400) >= retire.age);
+        assert_session_ends(&t.url, second).await;
+        connections.close().await;
+    }
+
+    /// A connection idle at the bottom of the kept stack is closed at the next release, though
+    /// no lease pops it: two held at once, then one used alone.
+    #[tokio::test]
+    async fn a_postgres_connection_idle_under_light_load_is_closed() {
+        let Some(t) = testing::postgres().await else {
+            eprintln!("skipped: DATABASE_URL is not set");
+            return;
+        };
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(2)
+            .connect(&t.url)
+            .await
+            .unwrap();
+        let retire = Retire {
+            idle: Duration::from_millis(300),
+            age: Duration::from_secs(60),
+        };
+        let connections = Connections::new(pool, Some(retire));
+        let mut a = connections.acquire().await.unwrap();
+        let mut b = connections.acquire().await.unwrap();
+        let bottom = backend_pid(&mut a).await;
+        backend_pid(&mut b).await;
+        drop(a);
+        drop(b);
+        assert_eq!(connections.idle(), 2);
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drop(connections.acquire().await.unwrap());
+        }
+        assert_eq!(connections.idle(), 1);
+        assert_session_ends(&t.url, bottom).await;
+        connections.close().await;
+    }
+
+    /// Waits until the server session `pid` has ended, failing after a few seconds.
+    async fn assert_session_ends(url: &str, pid: i32) {
+        let mut watcher = AnyConnection::connect(url).await.unwrap();
+        for _ in 0..50 {
+            let row = sqlx::query("SELECT COUNT(*) AS n FROM pg_stat_activity WHERE pid = $1")
+                .bind(pid)
+                .fetch_one(&mut watcher)
+                .await
+                .unwrap();
+            if row.get::<i64, _>("n") == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("session {pid} still open");
     }
 
     #[tokio::test]
