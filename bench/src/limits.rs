@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 
 use gatehouse::pki::{IssueRequest, Pki, new_serial, verify_csr};
 use gatehouse::store::{
-    AuditResult, Db, NewAudit, NewEvent, NewNodeCert, NewToken, NodeRole, TokenExpect, TokenRole,
-    new_id,
+    Admission, AuditResult, Db, JudgedToken, NewAudit, NewEvent, NewNodeCert, NewToken, NodeRole,
+    TokenExpect, TokenRole, new_id,
 };
 
 /// Microseconds of CPU one join's crypto takes, measured one operation after another.
@@ -124,13 +124,14 @@ pub(super) async fn database(db: &Db, joins: usize, tasks: usize) -> anyhow::Res
 }
 
 /// One token join's statements, as JoinService runs them: the attestor's read of its token,
-/// then the locked phase (the token judged as read, its spend under lock proving it unchanged).
+/// then the locked phase (the token judged as read, its spend proving it unchanged): on
+/// PostgreSQL one statement committed on its own, on SQLite the node with its certificate and
+/// the spend with the record in the transaction.
 async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
     let mut read = db.read().await?;
-    anyhow::ensure!(
-        read.read_token(token).await?.is_some(),
-        "token {token} is gone"
-    );
+    let Some(seen) = read.read_token(token).await? else {
+        anyhow::bail!("token {token} is gone");
+    };
     let _ = read.now().await?;
     drop(read);
     let mut tx = db.begin().await?;
@@ -141,21 +142,18 @@ async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
     let serial = new_serial()?.1;
     let mut der = serial.clone().into_bytes();
     der.resize(600, 0x30);
-    tx.insert_node_with_cert(
-        &super::fill::root_node(node.clone(), now),
-        &NewNodeCert {
-            serial,
-            node_id: node.clone(),
-            der,
-            generation: 1,
-            role: NodeRole::Node,
-            not_before: now,
-            not_after: now + 86_400_000,
-            statements: vec![],
-            created_at: now,
-        },
-    )
-    .await?;
+    let new_node = super::fill::root_node(node.clone(), now);
+    let cert = NewNodeCert {
+        serial,
+        node_id: node.clone(),
+        der,
+        generation: 1,
+        role: NodeRole::Node,
+        not_before: now,
+        not_after: now + 86_400_000,
+        statements: vec![],
+        created_at: now,
+    };
     let audit = NewAudit {
         at: now,
         attestor: "join-token".into(),
@@ -179,6 +177,28 @@ async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
         token_id: Some(token.to_owned()),
         payload: serde_json::json!({ "attestor": "join-token" }),
     };
+    if tx.admits_in_one_statement() {
+        let judged = JudgedToken {
+            id: &seen.id,
+            role: seen.role,
+            secret_sha256: &seen.secret_sha256,
+            tenant_id: &seen.tenant_id,
+            pool_id: seen.pool_id.as_deref(),
+            site_id: seen.site_id.as_deref(),
+            expires_at: seen.expires_at,
+            revoked: seen.revoked,
+            expect_product_uuid: seen.expect.product_uuid.as_deref(),
+            expect_mac: seen.expect.mac.as_deref(),
+            expect_node_id: seen.expect.node_id.as_deref(),
+            reclaim: seen.reclaim,
+        };
+        let admitted = tx
+            .admit_in_one_statement(&judged, &new_node, &cert, &audit, &event)
+            .await?;
+        anyhow::ensure!(admitted == Admission::Committed, "{token}: {admitted:?}");
+        return Ok(());
+    }
+    tx.insert_node_with_cert(&new_node, &cert).await?;
     tx.spend_token_recording(token, &audit, &event).await?;
     tx.commit().await?;
     Ok(())

@@ -21,7 +21,10 @@ use super::{BackendError, ConsumeOutcome, Effects, TxBackend, UseOutcome};
 use crate::runtime::bindings::transaction::{
     Inventory, JoinRequestRow, JoinRequestState, Lease, Node, NodeCert, Token, Workflow,
 };
-use crate::store::{Db, NewAudit, NewEvent, RowLock, StoreError, TokenRow, Tx};
+use crate::store::{
+    Admission, Db, JudgedToken, NewAudit, NewEvent, NewNode, NewNodeCert, RowLock, StoreError,
+    TokenRow, Tx,
+};
 
 /// A read the guest made, with what it saw.
 #[derive(Debug, Clone)]
@@ -371,12 +374,33 @@ impl Spends {
     /// for its uses left: a token revoked or replaced since is a conflict, and the round runs
     /// again on what is committed. On any error `tx` is dropped uncommitted (rolled back):
     /// nothing of the round is spent or recorded.
+    ///
+    /// `new_node`, a node new in this round and its first certificate not yet written, goes
+    /// in first. A round that spends one token, with nothing of its transaction sent yet, on
+    /// Postgres, writes all of it in one statement committed on its own
+    /// ([`Tx::admit_in_one_statement`]): the spend itself checks the row as judged.
     pub async fn commit(
         self,
         mut tx: Tx,
+        new_node: Option<(&NewNode, &NewNodeCert)>,
         audit: &NewAudit,
         event: &NewEvent,
     ) -> Result<(), Settle> {
+        if let ([only], Some((node, cert))) = (&self.0[..], new_node)
+            && tx.admits_in_one_statement()
+        {
+            return match tx
+                .admit_in_one_statement(&judged_token(only), node, cert, audit, event)
+                .await?
+            {
+                Admission::Committed => Ok(()),
+                Admission::NoUsesLeft => Err(Settle::NoUsesLeft(only.id.clone())),
+                Admission::Changed => Err(Settle::Conflict("a token")),
+            };
+        }
+        if let Some((node, cert)) = new_node {
+            tx.insert_node_with_cert(node, cert).await?;
+        }
         let Some((last, rest)) = self.0.split_last() else {
             return Ok(tx.commit_with_audit_and_event(audit, event).await?);
         };
@@ -385,6 +409,25 @@ impl Spends {
         }
         judge(last, tx.spend_token_recording(&last.id, audit, event).await)?;
         Ok(tx.commit().await?)
+    }
+}
+
+/// A token as judged, as the store compares it in SQL ([`Tx::admit_in_one_statement`]): the
+/// columns [`judge`] compares.
+fn judged_token(t: &Token) -> JudgedToken<'_> {
+    JudgedToken {
+        id: &t.id,
+        role: super::store_tx::store_token_role(t.role),
+        secret_sha256: &t.secret_sha256,
+        tenant_id: &t.tenant_id,
+        pool_id: t.pool_id.as_deref(),
+        site_id: t.site_id.as_deref(),
+        expires_at: t.expires_at,
+        revoked: t.revoked,
+        expect_product_uuid: t.expect.product_uuid.as_deref(),
+        expect_mac: t.expect.mac.as_deref(),
+        expect_node_id: t.expect.node_id.as_deref(),
+        reclaim: t.reclaim,
     }
 }
 

@@ -44,6 +44,16 @@ pub(super) fn token(t: store::TokenRow) -> Token {
     }
 }
 
+/// A token role as the store names it: [`token`]'s mapping, backwards.
+pub(super) fn store_token_role(role: TokenRole) -> store::TokenRole {
+    match role {
+        TokenRole::Node => store::TokenRole::Node,
+        TokenRole::Site => store::TokenRole::Site,
+        TokenRole::Provisioned => store::TokenRole::Provisioned,
+        TokenRole::Discovery => store::TokenRole::Discovery,
+    }
+}
+
 /// The role a node's certificates carry, as the WIT names join roles (a lessee's node-tenant
 /// certificate re-joins as a node).
 pub(crate) fn join_role(r: store::NodeRole) -> JoinRole {

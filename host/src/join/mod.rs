@@ -857,7 +857,7 @@ impl JoinService {
                     .flatten(),
             )
             .collect();
-        let (response, _) = self
+        let (response, cert) = self
             .issue(
                 &mut tx,
                 &Issue {
@@ -872,8 +872,18 @@ impl JoinService {
                 request.csr,
             )
             .await?;
-        // The node's row exists now. A binding another join took since the check above (a
-        // race) refuses the round, and its certificate is never committed or answered.
+        // A new node goes in with its certificate: now if it has bindings (which name it),
+        // else last, with the spend ([`Spends::commit`]: on Postgres, often all in one
+        // statement). A binding another join took since the check above (a race) refuses the
+        // round, and its certificate is never committed or answered.
+        let mut unwritten = new_node.as_ref().map(|node| (node, &cert));
+        if !result.bindings.is_empty()
+            && let Some((node, cert)) = unwritten.take()
+        {
+            tx.insert_node_with_cert(node, cert)
+                .await
+                .map_err(storage("insert cert"))?;
+        }
         for b in &result.bindings {
             match tx.bind(&b.kind, &b.value, &node_id).await {
                 Ok(()) => {}
@@ -892,24 +902,25 @@ impl JoinService {
         // time, read once above.
         let decision = Decision::admitted();
         let (audit, event) = record::rows(round, &decision, now);
-        if let Err(e) = spends.commit(tx, &audit, &event).await {
+        if let Err(e) = spends.commit(tx, unwritten, &audit, &event).await {
             return Err(self.unsettled(round, "spend, record and commit", e).await);
         }
         self.log(round, &decision);
         Ok(response)
     }
 
-    /// Issues a certificate for the CSR's key, records its `node_certs` row in `tx`, and signs
-    /// the answer (which the caller returns only after committing `tx`); the answer and the
-    /// new certificate's serial. A node (its row locked by the caller) that was issued one
-    /// less than [`JoinSettings::node_issue_interval_ms`] ago gets none:
-    /// [`Stop::RateLimited`], before anything is written.
+    /// Issues a certificate for the CSR's key, records its `node_certs` row in `tx` (unless
+    /// the node is new: the caller writes the row with the node's), and signs the answer
+    /// (which the caller returns only after committing `tx`); the answer and the certificate's
+    /// row. A node (its row locked by the caller) that was issued one less than
+    /// [`JoinSettings::node_issue_interval_ms`] ago gets none: [`Stop::RateLimited`], before
+    /// anything is written.
     async fn issue(
         &self,
         tx: &mut Tx,
         cert: &Issue<'_>,
         csr: &VerifiedCsr,
-    ) -> Result<(JoinResponse, String), Stop> {
+    ) -> Result<(JoinResponse, NewNodeCert), Stop> {
         if self.settings.node_issue_interval_ms > 0
             && cert.new_node.is_none()
             && let Some(last) = tx
@@ -947,7 +958,7 @@ impl JoinService {
             })
             .map_err(failed("issue"))?;
         let row = NewNodeCert {
-            serial: issued.serial_hex.clone(),
+            serial: issued.serial_hex,
             node_id: cert.node_id.to_owned(),
             der: issued.der.clone(),
             generation: cert.generation,
@@ -957,11 +968,11 @@ impl JoinService {
             statements: cert.statements.to_vec(),
             created_at: cert.now,
         };
-        match cert.new_node {
-            Some(node) => tx.insert_node_with_cert(node, &row).await,
-            None => tx.insert_node_cert(&row).await,
+        if cert.new_node.is_none() {
+            tx.insert_node_cert(&row)
+                .await
+                .map_err(storage("insert cert"))?;
         }
-        .map_err(storage("insert cert"))?;
         let body = JoinResponseBody {
             v: 1,
             csr_sha256: hex::encode(csr.sha256),
@@ -971,7 +982,7 @@ impl JoinService {
             trust: None,
         };
         let response = pki.sign_response(body, cert.now).map_err(failed("sign"))?;
-        Ok((response, issued.serial_hex))
+        Ok((response, row))
     }
 
     /// Records a refusal in a transaction of its own (the round's was rolled back), offers a
@@ -1183,9 +1194,9 @@ struct Issue<'a> {
     shorter_ttl_seconds: Option<u32>,
     /// Database time.
     now: i64,
-    /// A node new in this round: its row, inserted with the certificate's in one round trip.
-    /// It has no certificate yet, so none was issued to it recently
-    /// ([`JoinSettings::node_issue_interval_ms`]).
+    /// A node new in this round, not written yet: [`JoinService::issue`] leaves the
+    /// certificate's row to the caller, who writes it with the node's. It has no certificate
+    /// yet, so none was issued to it recently ([`JoinSettings::node_issue_interval_ms`]).
     new_node: Option<&'a NewNode>,
 }
 

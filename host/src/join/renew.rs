@@ -227,7 +227,7 @@ impl JoinService {
             return Err(self.refused(round, refused(refusal)).await);
         }
 
-        let (response, serial) = self
+        let (response, issued) = self
             .issue(
                 &mut tx,
                 &Issue {
@@ -246,7 +246,7 @@ impl JoinService {
         // new one: superseded after the grace.
         tx.supersede_node_certs(
             &cert.node_id,
-            &serial,
+            &issued.serial,
             now.saturating_add(self.settings.renewal_grace_ms),
         )
         .await

@@ -239,10 +239,10 @@ impl Db {
     }
 
     /// Opens a write transaction: `BEGIN IMMEDIATE` on SQLite (so a later write never fails
-    /// to upgrade a read lock, and waiting honours the busy timeout); on Postgres `BEGIN` on a
-    /// connection whose every statement and lock wait is bounded by 5 s
-    /// ([`POSTGRES_WRITE_SETTINGS`]). See [`Tx`] for what happens when it is
-    /// dropped instead of committed.
+    /// to upgrade a read lock, and waiting honours the busy timeout; in a commit batch, a
+    /// savepoint); on Postgres `BEGIN`, sent with the first statement, on a connection whose
+    /// every statement and lock wait is bounded by 5 s ([`POSTGRES_WRITE_SETTINGS`]). See
+    /// [`Tx`] for what happens when it is dropped instead of committed.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         Tx::begin(&self.pool, self.backend, self.group.as_ref(), &self.clock).await
     }

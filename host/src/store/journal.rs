@@ -115,12 +115,9 @@ const POSTGRES_SPEND_AND_RECORD: &str = concat!(
     "WITH spent AS (UPDATE join_tokens SET uses_left = uses_left - 1 \
      WHERE id = $21 AND uses_left > 0 RETURNING ",
     token_columns!(),
-    "), audit AS (INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, \
-     subject, node_key, csr_sha256, client_addr) \
-     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM spent), \
-     event AS (INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, \
-     actor, payload) SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20 FROM spent) \
-     SELECT ",
+    "), ",
+    record_from_spent!(),
+    " SELECT ",
     token_columns!(),
     " FROM spent"
 );
@@ -140,7 +137,7 @@ const SQLITE_SPEND_AND_RECORD: &str = concat!(
 
 /// `sql` (one of the above) with an audit record bound as `$1` to `$11` and its event (the
 /// host's own: no actor) as `$12` to `$20`.
-fn bind_audit_and_event<'q>(
+pub(super) fn bind_audit_and_event<'q>(
     sql: &'static str,
     a: &'q NewAudit,
     e: &'q NewEvent,

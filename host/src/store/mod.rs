@@ -34,7 +34,37 @@ macro_rules! token_columns {
     };
 }
 
+/// A node's insert, up to its values (`nodes::bind_node` binds eight).
+macro_rules! insert_node_into {
+    () => {
+        "INSERT INTO nodes (id, tenant_id, pool_id, site_id, role, retired, cordoned, \
+         identity_generation, hardware_key, created_at, updated_at) "
+    };
+}
+
+/// A certificate's insert, up to its values (`nodes::bind_cert` binds ten).
+macro_rules! insert_cert_into {
+    () => {
+        "INSERT INTO node_certs (serial, node_id, der, der_sha256, generation, role, \
+         not_before, not_after, revoked, statements, created_at) "
+    };
+}
+
+/// Postgres' audit row and event of a round, as parts of a data-modifying `WITH` whose `spent`
+/// holds the spent token's row: each inserted once per row spent, so never without a spend.
+/// `$1` to `$20` as `journal::bind_audit_and_event` binds them.
+macro_rules! record_from_spent {
+    () => {
+        "audit AS (INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, \
+         subject, node_key, csr_sha256, client_addr) \
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM spent), \
+         event AS (INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, \
+         actor, payload) SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20 FROM spent)"
+    };
+}
+
 mod admins;
+mod admission;
 mod checkpoint;
 mod clock;
 mod db;
@@ -64,6 +94,7 @@ mod testing;
 mod tests;
 
 pub use admins::AdminRow;
+pub use admission::{Admission, JudgedToken};
 pub use db::{Backend, Cursor, Db, PoolCursor, sqlite_url};
 pub use error::StoreError;
 pub(crate) use join_requests::new_id as new_join_request_id;

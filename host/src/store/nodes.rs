@@ -25,17 +25,17 @@ macro_rules! cert_columns {
 /// A node's insert, its values bound by [`bind_node`] as `$1` to `$8`.
 macro_rules! insert_node {
     () => {
-        "INSERT INTO nodes (id, tenant_id, pool_id, site_id, role, retired, cordoned, \
-         identity_generation, hardware_key, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, 0, 0, $6, $7, $8, $8)"
+        concat!(
+            insert_node_into!(),
+            "VALUES ($1, $2, $3, $4, $5, 0, 0, $6, $7, $8, $8)"
+        )
     };
 }
 
 /// A certificate's insert, up to its values ([`bind_cert`] binds ten).
 macro_rules! insert_cert {
     () => {
-        "INSERT INTO node_certs (serial, node_id, der, der_sha256, generation, role, \
-         not_before, not_after, revoked, statements, created_at) VALUES "
+        concat!(insert_cert_into!(), "VALUES ")
     };
 }
 
@@ -57,7 +57,7 @@ const SQLITE_NODE_WITH_CERT: &str = concat!(
 );
 
 /// `q` with a new node's eight values bound next ([`insert_node!`]).
-fn bind_node<'q>(
+pub(super) fn bind_node<'q>(
     q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
     n: &'q NewNode,
 ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
@@ -73,7 +73,7 @@ fn bind_node<'q>(
 
 /// `q` with a new certificate's ten values bound next ([`insert_cert!`]); `der_sha256` is its
 /// DER's hash.
-fn bind_cert<'q>(
+pub(super) fn bind_cert<'q>(
     q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
     c: &'q NewNodeCert,
     der_sha256: &'q [u8],

@@ -1923,7 +1923,7 @@ async fn a_token_changed_before_its_late_spend_is_not_spent() {
         }
         other.commit().await.unwrap();
         let (audit, event) = record_rows();
-        let outcome = spends.commit(tx, &audit, &event).await;
+        let outcome = spends.commit(tx, None, &audit, &event).await;
         match (meanwhile, &outcome) {
             ("revoke", Err(Settle::Conflict("a token"))) => {}
             ("spend", Err(Settle::NoUsesLeft(spent))) if spent == id => {}
@@ -1970,4 +1970,141 @@ async fn postgres_write_connections_stay_bounded_after_migrating() {
             assert_eq!(row.get::<String, _>(0), bound, "{setting}");
         }
     }
+}
+
+/// `token(id, uses)` as a round judges it, with `revoked` as it saw it.
+fn judged<'a>(t: &'a NewToken, revoked: bool) -> JudgedToken<'a> {
+    JudgedToken {
+        id: &t.id,
+        role: t.role,
+        secret_sha256: &t.secret_sha256,
+        tenant_id: &t.tenant_id,
+        pool_id: t.pool_id.as_deref(),
+        site_id: t.site_id.as_deref(),
+        expires_at: t.expires_at,
+        revoked,
+        expect_product_uuid: t.expect.product_uuid.as_deref(),
+        expect_mac: t.expect.mac.as_deref(),
+        expect_node_id: t.expect.node_id.as_deref(),
+        reclaim: t.reclaim,
+    }
+}
+
+/// Rows of `node_id`, uses left of `token`, audit rows and events: what an admission wrote.
+async fn admission_rows(db: &Db, node_id: &str, token: &str) -> (bool, usize, u32, usize, usize) {
+    let mut read = db.read().await.unwrap();
+    let node = read.node(node_id).await.unwrap().is_some();
+    let certs = read.node_certs(node_id).await.unwrap().len();
+    let audits = read.list_audits(0, 100).await.unwrap().len();
+    let events = read.list_events(0, 100).await.unwrap().len();
+    drop(read);
+    (node, certs, uses_left(db, token).await, audits, events)
+}
+
+/// A token join's whole write in one statement on Postgres ([`Tx::admit_in_one_statement`]):
+/// node, certificate, spend, audit row and event all go in, or, when the token is not as
+/// judged, has no use left, or a row cannot go in, none of them; and only while nothing of
+/// the transaction was sent. SQLite never takes this path.
+#[tokio::test]
+async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
+    let sqlite = testing::sqlite().await;
+    assert!(!sqlite.db.begin().await.unwrap().admits_in_one_statement());
+    let Some(t) = testing::postgres().await else {
+        eprintln!("skipped: DATABASE_URL is not set");
+        return;
+    };
+    let (audit, event) = record_rows();
+    let minted = token("tok_one", 2);
+    seed_token(&t.db, "tok_one", 2).await;
+    let admit = |node: &'static str, serial: &'static str, revoked: bool| {
+        let (db, minted, audit, event) =
+            (t.db.clone(), minted.clone(), audit.clone(), event.clone());
+        async move {
+            let tx = db.begin().await.unwrap();
+            assert!(tx.admits_in_one_statement());
+            tx.admit_in_one_statement(
+                &judged(&minted, revoked),
+                &new_node(node),
+                &cert_of(node, serial, 1, 100),
+                &audit,
+                &event,
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        admit("node_a", "s_a", false).await.unwrap(),
+        Admission::Committed
+    );
+    assert_eq!(
+        admission_rows(&t.db, "node_a", "tok_one").await,
+        (true, 1, 1, 1, 1)
+    );
+
+    // A serial taken: the statement fails, and the token keeps its use.
+    assert!(admit("node_b", "s_a", false).await.is_err());
+    assert_eq!(
+        admission_rows(&t.db, "node_b", "tok_one").await,
+        (false, 0, 1, 1, 1)
+    );
+
+    // Judged other than it is (here: revoked, which it is not): changed, nothing written.
+    assert_eq!(
+        admit("node_c", "s_c", true).await.unwrap(),
+        Admission::Changed
+    );
+    assert_eq!(
+        admission_rows(&t.db, "node_c", "tok_one").await,
+        (false, 0, 1, 1, 1)
+    );
+    // Revoked since it was judged: the same.
+    let mut tx = t.db.begin().await.unwrap();
+    assert!(tx.revoke_token("tok_one").await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(
+        admit("node_d", "s_d", false).await.unwrap(),
+        Admission::Changed
+    );
+    assert_eq!(
+        admission_rows(&t.db, "node_d", "tok_one").await,
+        (false, 0, 1, 1, 1)
+    );
+
+    // No use left: refused as such, nothing written.
+    let spent = token("tok_spent", 1);
+    seed_token(&t.db, "tok_spent", 1).await;
+    let mut tx = t.db.begin().await.unwrap();
+    tx.consume_token("tok_spent").await.unwrap();
+    tx.commit().await.unwrap();
+    let tx = t.db.begin().await.unwrap();
+    let outcome = tx
+        .admit_in_one_statement(
+            &judged(&spent, false),
+            &new_node("node_e"),
+            &cert_of("node_e", "s_e", 1, 100),
+            &audit,
+            &event,
+        )
+        .await;
+    assert_eq!(outcome.unwrap(), Admission::NoUsesLeft);
+    assert_eq!(
+        admission_rows(&t.db, "node_e", "tok_spent").await,
+        (false, 0, 0, 1, 1)
+    );
+
+    // Once a statement of the transaction was sent, never alone: refused, nothing sent.
+    let mut tx = t.db.begin().await.unwrap();
+    tx.ping().await.unwrap();
+    assert!(!tx.admits_in_one_statement());
+    let outcome = tx
+        .admit_in_one_statement(
+            &judged(&spent, false),
+            &new_node("node_f"),
+            &cert_of("node_f", "s_f", 1, 100),
+            &audit,
+            &event,
+        )
+        .await;
+    assert!(matches!(outcome, Err(StoreError::Aborted)));
+    assert_no_idle_transaction(&t).await;
 }

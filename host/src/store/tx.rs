@@ -37,7 +37,10 @@ const POSTGRES_NOW: &str = concat!("SELECT ", postgres_now!(), " AS now");
 /// Hold one `Tx` at a time per task: on SQLite the pool has a single connection, so a second
 /// `begin` waits for the first `Tx` to end. On SQLite a `Tx` is a savepoint in a batch that
 /// commits with one `COMMIT` ([`group`]); its `commit` returns once that batch committed. The
-/// savepoint is taken by the transaction's first statement, in the same round trip.
+/// savepoint is taken by the transaction's first statement, in the same round trip. On
+/// Postgres `BEGIN` is sent just before the first statement, so a transaction whose one
+/// statement is its last can run it alone, in autocommit ([`Tx::commit_after`],
+/// `super::admission`).
 #[derive(Debug)]
 pub struct Tx {
     /// Some until dropped.
@@ -49,10 +52,12 @@ pub struct Tx {
     failed: bool,
     /// SQLite's batch this transaction is a member of; none on Postgres.
     group: Option<Arc<GroupCommit>>,
-    /// A batch member whose begin ([`GroupCommit::begin_statement`]) is not sent yet: it goes
-    /// in front of the first statement, one round trip to SQLite's worker thread fewer per
-    /// transaction. Until then the connection is as the member found it, so a member that
-    /// ends without a statement has nothing to commit or roll back.
+    /// A transaction whose begin is not sent yet: a batch member's
+    /// ([`GroupCommit::begin_statement`]) goes in front of the first statement, one round trip
+    /// to SQLite's worker thread fewer per transaction; Postgres' `BEGIN` just before it, or
+    /// never when the one statement runs alone. Until then the connection is as the
+    /// transaction found it, so one that ends without a statement has nothing to commit or
+    /// roll back.
     unsent_begin: bool,
     /// The database's clock ([`Tx::now`]), shared by the [`super::Db`]'s transactions.
     clock: Arc<Clock>,
@@ -143,19 +148,13 @@ impl Tx {
             unsent_begin: false,
             clock: clock.clone(),
         };
-        let begin = match (&tx.group, backend) {
-            (Some(_), _) => {
-                tx.unsent_begin = true;
-                return Ok(tx);
-            }
-            // The write pool's connections bound every statement (`db::POSTGRES_WRITE_SETTINGS`).
-            (None, Backend::Postgres) => "BEGIN",
-            // Takes SQLite's write lock at once: a deferred `BEGIN` that reads first fails
-            // with "database is locked" on its first write, without waiting for the busy
-            // timeout.
-            (None, Backend::Sqlite) => "BEGIN IMMEDIATE",
-        };
-        let done = tx.conn()?.execute(begin).await;
+        if tx.group.is_some() || backend == Backend::Postgres {
+            tx.unsent_begin = true;
+            return Ok(tx);
+        }
+        // Takes SQLite's write lock at once: a deferred `BEGIN` that reads first fails with
+        // "database is locked" on its first write, without waiting for the busy timeout.
+        let done = tx.conn()?.execute("BEGIN IMMEDIATE").await;
         tx.check(done)?;
         Ok(tx)
     }
@@ -218,11 +217,40 @@ impl Tx {
             return Err(StoreError::Aborted);
         }
         let Some(group) = self.group.clone() else {
+            if self.unsent_begin {
+                // Nothing sent yet: the last statement is the whole transaction, which the
+                // server commits on its own (autocommit), one round trip for three.
+                let done = self.conn()?.execute(last(false)).await;
+                self.check(done)?;
+                self.finished = true;
+                return Ok(());
+            }
             self.execute(last(false)).await?;
             return self.end("COMMIT").await;
         };
         self.execute(last(true)).await?;
         self.released(group).await
+    }
+
+    /// Runs `query` on its own, in autocommit: the server commits it when it ends. Only for a
+    /// Postgres transaction of which nothing was sent ([`Tx::nothing_sent`]; else
+    /// [`StoreError::Aborted`], nothing sent), whose one statement is its whole write; the
+    /// transaction stays unsent, so it has nothing to commit or roll back after.
+    pub(super) async fn fetch_in_autocommit<'q>(
+        &mut self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<Option<AnyRow>, StoreError> {
+        if !self.unsent_begin || self.group.is_some() || self.failed {
+            return Err(StoreError::Aborted);
+        }
+        let result = self.conn()?.fetch_optional(query).await;
+        self.check(result)
+    }
+
+    /// Whether nothing of this transaction was sent yet ([`Tx::commit_after`] would run its
+    /// last statement on its own, in autocommit, on Postgres).
+    pub(super) fn nothing_sent(&self) -> bool {
+        self.unsent_begin
     }
 
     /// After a statement released this member's savepoint: waits for the batch's `COMMIT`.
@@ -317,7 +345,7 @@ impl Tx {
         &mut self,
         query: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<u64, StoreError> {
-        if let Some(group) = self.take_unsent_begin() {
+        if let Some(group) = self.send_unsent_begin().await? {
             return Ok(self.after_begin(&group, query).await?.rows_affected);
         }
         let result = self.conn()?.execute(query).await;
@@ -329,7 +357,7 @@ impl Tx {
         &mut self,
         query: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<Option<AnyRow>, StoreError> {
-        if let Some(group) = self.take_unsent_begin() {
+        if let Some(group) = self.send_unsent_begin().await? {
             return Ok(self
                 .after_begin(&group, query)
                 .await?
@@ -346,7 +374,7 @@ impl Tx {
         &mut self,
         query: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<AnyRow, StoreError> {
-        if let Some(group) = self.take_unsent_begin() {
+        if let Some(group) = self.send_unsent_begin().await? {
             let row = self
                 .after_begin(&group, query)
                 .await?
@@ -364,18 +392,27 @@ impl Tx {
         &mut self,
         query: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<Vec<AnyRow>, StoreError> {
-        if let Some(group) = self.take_unsent_begin() {
+        if let Some(group) = self.send_unsent_begin().await? {
             return Ok(self.after_begin(&group, query).await?.rows);
         }
         let result = self.conn()?.fetch_all(query).await;
         self.check(result)
     }
 
-    /// The batch of a member whose begin is still to be sent: the caller sends it now.
-    fn take_unsent_begin(&mut self) -> Option<Arc<GroupCommit>> {
-        std::mem::take(&mut self.unsent_begin)
-            .then(|| self.group.clone())
-            .flatten()
+    /// A transaction whose begin is still to be sent: a batch member's batch, whose begin the
+    /// caller sends in front of its statement; Postgres' `BEGIN` is sent here, alone (the
+    /// extended protocol's statements cannot carry it).
+    async fn send_unsent_begin(&mut self) -> Result<Option<Arc<GroupCommit>>, StoreError> {
+        if !std::mem::take(&mut self.unsent_begin) {
+            return Ok(None);
+        }
+        if let Some(group) = &self.group {
+            return Ok(Some(group.clone()));
+        }
+        // The write pool's connections bound every statement (`db::POSTGRES_WRITE_SETTINGS`).
+        let done = self.conn()?.execute("BEGIN").await;
+        self.check(done)?;
+        Ok(None)
     }
 
     /// Runs the member's begin and then `query` as one query, one round trip: SQLite runs a

@@ -1,0 +1,136 @@
+//! A token join's whole write on PostgreSQL as one statement, committed on its own.
+//!
+//! A join on a single-use or many-use token whose locked phase sent nothing before its end (the
+//! token judged as the attestor read it, the database's clock known without a statement, a new
+//! node with no bindings: the common join) writes five rows: the node, its first certificate,
+//! the token's spend, the audit row and the event. In a transaction that is `BEGIN`, two
+//! statements and `COMMIT`, four round trips; here one statement in autocommit, which the server
+//! commits when it ends. The spend is also the judgement: it changes the token only if the row
+//! is still the row the round judged, but for its uses left (what `imports::staged` otherwise
+//! checks on the spend's returned row before committing, which autocommit leaves no time for),
+//! and every insert reads the spent row, so when nothing is spent nothing is written. On one
+//! many-use token the row lock is now held from the spend to the end of this statement's own
+//! commit, without a round trip to the host in between.
+
+use sha2::{Digest as _, Sha256};
+
+use super::journal::bind_audit_and_event;
+use super::nodes::{bind_cert, bind_node};
+use super::{Backend, NewAudit, NewEvent, NewNode, NewNodeCert, StoreError, TokenRole, Tx};
+
+/// A token as a round judged it: the columns its spend must find unchanged (all but the uses).
+#[derive(Debug, Clone, Copy)]
+pub struct JudgedToken<'a> {
+    /// The token id.
+    pub id: &'a str,
+    /// What it was minted for.
+    pub role: TokenRole,
+    /// SHA-256 of the secret.
+    pub secret_sha256: &'a [u8],
+    /// Its tenant.
+    pub tenant_id: &'a str,
+    /// Its pool, if any.
+    pub pool_id: Option<&'a str>,
+    /// Its site, if any.
+    pub site_id: Option<&'a str>,
+    /// When it lapses.
+    pub expires_at: i64,
+    /// Revoked by an operator.
+    pub revoked: bool,
+    /// The product UUID it expects, if any.
+    pub expect_product_uuid: Option<&'a str>,
+    /// The MAC it expects, if any.
+    pub expect_mac: Option<&'a str>,
+    /// The node id it expects, if any.
+    pub expect_node_id: Option<&'a str>,
+    /// Whether it may re-key an existing node.
+    pub reclaim: bool,
+}
+
+/// How [`Tx::admit_in_one_statement`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Everything written and committed.
+    Committed,
+    /// Nothing written: the token has no use left, or no longer exists.
+    NoUsesLeft,
+    /// Nothing written: the token changed since it was judged (revoked, or replaced).
+    Changed,
+}
+
+/// The statement. `$1`–`$20` the audit row and event, `$21` the token, `$22`–`$32` the token as
+/// judged, `$33`–`$40` the node and `$41`–`$50` its certificate (the binds of
+/// `journal::bind_audit_and_event`, `nodes::bind_node` and `nodes::bind_cert`, in that order).
+/// The certificate's foreign key to the node is checked at the statement's end.
+const POSTGRES_ADMIT: &str = concat!(
+    "WITH spent AS (UPDATE join_tokens SET uses_left = uses_left - 1 \
+     WHERE id = $21 AND uses_left > 0 AND role = $22 AND secret_sha256 = $23 \
+     AND tenant_id = $24 AND pool_id IS NOT DISTINCT FROM $25 \
+     AND site_id IS NOT DISTINCT FROM $26 AND expires_at = $27 AND revoked = $28 \
+     AND expect_product_uuid IS NOT DISTINCT FROM $29 AND expect_mac IS NOT DISTINCT FROM $30 \
+     AND expect_node_id IS NOT DISTINCT FROM $31 AND reclaim = $32 RETURNING id), ",
+    "node AS (",
+    insert_node_into!(),
+    "SELECT $33, $34, $35, $36, $37, 0, 0, $38, $39, $40, $40 FROM spent RETURNING id), \
+     cert AS (",
+    insert_cert_into!(),
+    "SELECT $41, $42, $43, $44, $45, $46, $47, $48, 0, $49, $50 FROM node), ",
+    record_from_spent!(),
+    " SELECT id FROM spent"
+);
+
+impl Tx {
+    /// Whether [`Tx::admit_in_one_statement`] may write this transaction's admission: on
+    /// Postgres, while nothing of the transaction was sent.
+    pub fn admits_in_one_statement(&self) -> bool {
+        self.backend() == Backend::Postgres && self.nothing_sent()
+    }
+
+    /// Writes a token join's admission, a new node `n` with its first certificate `c`, a use
+    /// of `token` spent if it is still as judged, the audit row `a` and the event `e`, in one
+    /// statement committed on its own (see the module documentation); how it ended. Only when
+    /// [`Tx::admits_in_one_statement`] (else [`StoreError::Aborted`], nothing sent). On an
+    /// error nothing was written.
+    pub async fn admit_in_one_statement(
+        mut self,
+        token: &JudgedToken<'_>,
+        n: &NewNode,
+        c: &NewNodeCert,
+        a: &NewAudit,
+        e: &NewEvent,
+    ) -> Result<Admission, StoreError> {
+        if !self.admits_in_one_statement() {
+            return Err(StoreError::Aborted);
+        }
+        let der_sha256 = Sha256::digest(&c.der);
+        let q = bind_audit_and_event(POSTGRES_ADMIT, a, e)
+            .bind(token.id)
+            .bind(token.role.as_str())
+            .bind(token.secret_sha256)
+            .bind(token.tenant_id)
+            .bind(token.pool_id)
+            .bind(token.site_id)
+            .bind(token.expires_at)
+            .bind(super::decode::flag(token.revoked))
+            .bind(token.expect_product_uuid)
+            .bind(token.expect_mac)
+            .bind(token.expect_node_id)
+            .bind(super::decode::flag(token.reclaim));
+        let q = bind_cert(bind_node(q, n), c, &der_sha256);
+        if self.fetch_in_autocommit(q).await?.is_some() {
+            return Ok(Admission::Committed);
+        }
+        // Nothing spent, so nothing written: why, for the round (which runs again on a changed
+        // token, and is refused on a spent one).
+        let q = sqlx::query("SELECT uses_left FROM join_tokens WHERE id = $1").bind(token.id);
+        let left = match self.fetch_in_autocommit(q).await? {
+            Some(row) => super::decode::Fields::new(&row, "join_tokens").i64("uses_left")?,
+            None => 0,
+        };
+        Ok(if left > 0 {
+            Admission::Changed
+        } else {
+            Admission::NoUsesLeft
+        })
+    }
+}
