@@ -366,16 +366,11 @@ mod tests {
             eprintln!("skipped: DATABASE_URL is not set");
             return;
         };
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(2)
-            .connect(&t.url)
-            .await
-            .unwrap();
         let retire = Retire {
             idle: Duration::from_millis(300),
             age: Duration::from_millis(1_500),
         };
-        let connections = Connections::new(pool, Some(retire));
+        let connections = retiring(&t.url, retire).await;
         let first = backend_pid(&mut connections.acquire().await.unwrap()).await;
         // Kept while in use...
         let again = backend_pid(&mut connections.acquire().await.unwrap()).await;
@@ -406,16 +401,11 @@ mod tests {
             eprintln!("skipped: DATABASE_URL is not set");
             return;
         };
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(2)
-            .connect(&t.url)
-            .await
-            .unwrap();
         let retire = Retire {
             idle: Duration::from_millis(300),
             age: Duration::from_secs(60),
         };
-        let connections = Connections::new(pool, Some(retire));
+        let connections = retiring(&t.url, retire).await;
         let mut a = connections.acquire().await.unwrap();
         let mut b = connections.acquire().await.unwrap();
         let bottom = backend_pid(&mut a).await;
@@ -432,21 +422,23 @@ mod tests {
         connections.close().await;
     }
 
+    /// Two connections to `url`, retired as `retire` says.
+    async fn retiring(url: &str, retire: Retire) -> Arc<Connections> {
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(2)
+            .connect(url)
+            .await
+            .unwrap();
+        Connections::new(pool, Some(retire))
+    }
+
     /// Waits until the server session `pid` has ended, failing after a few seconds.
     async fn assert_session_ends(url: &str, pid: i32) {
-        let mut watcher = AnyConnection::connect(url).await.unwrap();
-        for _ in 0..50 {
-            let row = sqlx::query("SELECT COUNT(*) AS n FROM pg_stat_activity WHERE pid = $1")
-                .bind(pid)
-                .fetch_one(&mut watcher)
-                .await
-                .unwrap();
-            if row.get::<i64, _>("n") == 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("session {pid} still open");
+        let session = "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE pid = $1";
+        assert!(
+            testing::postgres_counts_none(url, session, Some(pid)).await,
+            "session {pid} still open"
+        );
     }
 
     #[tokio::test]

@@ -125,3 +125,26 @@ fn database_name_is_replaced() {
         "postgresql://u:p@h/x?sslmode=disable"
     );
 }
+
+/// Whether `count` (a `SELECT COUNT(*) AS n …` of Postgres' sessions, `$1` bound to `pid` when
+/// given) comes to none within five seconds, asked every 100 ms from a connection of its own:
+/// one from a pool under test could be the very connection the question is about.
+pub(super) async fn postgres_counts_none(url: &str, count: &str, pid: Option<i32>) -> bool {
+    use sqlx::Row as _;
+    let mut watcher = <sqlx::AnyConnection as sqlx::Connection>::connect(url)
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        let query = sqlx::query(count);
+        let query = match pid {
+            Some(pid) => query.bind(pid),
+            None => query,
+        };
+        let row = query.fetch_one(&mut watcher).await.unwrap();
+        if row.get::<i64, _>("n") == 0 {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
+}

@@ -63,23 +63,12 @@ async fn assert_no_idle_transaction(t: &TestDb) {
     if t.db.backend() != Backend::Postgres {
         return;
     }
-    let mut watcher = <sqlx::AnyConnection as sqlx::Connection>::connect(&t.url)
-        .await
-        .unwrap();
-    for _ in 0..50 {
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() \
-             AND state IN ('idle in transaction', 'idle in transaction (aborted)')",
-        )
-        .fetch_one(&mut watcher)
-        .await
-        .unwrap();
-        if row.get::<i64, _>("n") == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("a connection was left idle in a transaction");
+    let idle = "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() \
+                AND state IN ('idle in transaction', 'idle in transaction (aborted)')";
+    assert!(
+        testing::postgres_counts_none(&t.url, idle, None).await,
+        "a connection was left idle in a transaction"
+    );
 }
 
 #[tokio::test]
@@ -1990,6 +1979,26 @@ fn judged<'a>(t: &'a NewToken, revoked: bool) -> JudgedToken<'a> {
     }
 }
 
+/// [`Tx::admit_in_one_statement`] of a new node `node` with a certificate `serial`, `minted`
+/// judged with `revoked`, the record of [`record_rows`].
+async fn admit_alone(
+    tx: Tx,
+    minted: &NewToken,
+    revoked: bool,
+    node: &str,
+    serial: &str,
+) -> Result<Admission, StoreError> {
+    let (audit, event) = record_rows();
+    tx.admit_in_one_statement(
+        &judged(minted, revoked),
+        &new_node(node),
+        &cert_of(node, serial, 1, 100),
+        &audit,
+        &event,
+    )
+    .await
+}
+
 /// Rows of `node_id`, uses left of `token`, audit rows and events: what an admission wrote.
 async fn admission_rows(db: &Db, node_id: &str, token: &str) -> (bool, usize, u32, usize, usize) {
     let mut read = db.read().await.unwrap();
@@ -2013,23 +2022,14 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
         eprintln!("skipped: DATABASE_URL is not set");
         return;
     };
-    let (audit, event) = record_rows();
     let minted = token("tok_one", 2);
     seed_token(&t.db, "tok_one", 2).await;
     let admit = |node: &'static str, serial: &'static str, revoked: bool| {
-        let (db, minted, audit, event) =
-            (t.db.clone(), minted.clone(), audit.clone(), event.clone());
+        let (db, minted) = (t.db.clone(), minted.clone());
         async move {
             let tx = db.begin().await.unwrap();
             assert!(tx.admits_in_one_statement());
-            tx.admit_in_one_statement(
-                &judged(&minted, revoked),
-                &new_node(node),
-                &cert_of(node, serial, 1, 100),
-                &audit,
-                &event,
-            )
-            .await
+            admit_alone(tx, &minted, revoked, node, serial).await
         }
     };
     assert_eq!(
@@ -2076,16 +2076,7 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
     let mut tx = t.db.begin().await.unwrap();
     tx.consume_token("tok_spent").await.unwrap();
     tx.commit().await.unwrap();
-    let tx = t.db.begin().await.unwrap();
-    let outcome = tx
-        .admit_in_one_statement(
-            &judged(&spent, false),
-            &new_node("node_e"),
-            &cert_of("node_e", "s_e", 1, 100),
-            &audit,
-            &event,
-        )
-        .await;
+    let outcome = admit_alone(t.db.begin().await.unwrap(), &spent, false, "node_e", "s_e").await;
     assert_eq!(outcome.unwrap(), Admission::NoUsesLeft);
     assert_eq!(
         admission_rows(&t.db, "node_e", "tok_spent").await,
@@ -2096,15 +2087,7 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
     let mut tx = t.db.begin().await.unwrap();
     tx.ping().await.unwrap();
     assert!(!tx.admits_in_one_statement());
-    let outcome = tx
-        .admit_in_one_statement(
-            &judged(&spent, false),
-            &new_node("node_f"),
-            &cert_of("node_f", "s_f", 1, 100),
-            &audit,
-            &event,
-        )
-        .await;
+    let outcome = admit_alone(tx, &spent, false, "node_f", "s_f").await;
     assert!(matches!(outcome, Err(StoreError::Aborted)));
     assert_no_idle_transaction(&t).await;
 }
