@@ -173,7 +173,10 @@ pub fn verify_response(
 fn checked_update(trust: &JoinTrust, update: &TrustUpdate) -> Result<JoinTrust, ResponseError> {
     let bad = |e: ResponseError| ResponseError::BadTrustUpdate(e.to_string());
     let next = trust.updated(update);
-    node_cas(&next).map_err(bad)?;
+    for ca in node_cas(&next).map_err(bad)? {
+        ca.parse_x509()
+            .map_err(|e| ResponseError::BadTrustUpdate(e.to_string()))?;
+    }
     for key in next.join_signing_keys() {
         ec_point(key).map_err(bad)?;
     }
@@ -185,14 +188,12 @@ fn checked_update(trust: &JoinTrust, update: &TrustUpdate) -> Result<JoinTrust, 
     Ok(next)
 }
 
-/// The node CA certificates (DER) of `trust`: one or more PEM blocks, each a certificate.
-fn node_cas(trust: &JoinTrust) -> Result<Vec<Vec<u8>>, ResponseError> {
+/// The node CA certificates of `trust`: one or more PEM blocks, decoded but not yet parsed as
+/// X.509 (each caller parses them once, as it needs them).
+fn node_cas(trust: &JoinTrust) -> Result<Vec<x509_parser::pem::Pem>, ResponseError> {
     let mut cas = Vec::new();
     for pem in x509_parser::pem::Pem::iter_from_buffer(trust.node_ca_pem.as_bytes()) {
-        let pem = pem.map_err(|e| ResponseError::Trust(e.to_string()))?;
-        pem.parse_x509()
-            .map_err(|e| ResponseError::Trust(e.to_string()))?;
-        cas.push(pem.contents);
+        cas.push(pem.map_err(|e| ResponseError::Trust(e.to_string()))?);
     }
     if cas.is_empty() {
         return Err(ResponseError::Trust("no node CA certificate".into()));
@@ -223,9 +224,15 @@ fn check_leaf(
     }
     // Any pinned node CA: during a rotation's window the retiring one and the new one.
     let mut issued = false;
-    for ca_der in node_cas(trust)? {
-        let (_, ca) =
-            X509Certificate::from_der(&ca_der).map_err(|e| ResponseError::Trust(e.to_string()))?;
+    // Every pinned CA parsed before any is tried: a pin that does not parse is an error even
+    // when another CA issued the leaf.
+    let pems = node_cas(trust)?;
+    let cas = pems
+        .iter()
+        .map(|pem| pem.parse_x509())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ResponseError::Trust(e.to_string()))?;
+    for ca in &cas {
         let ca_point = ec_point(ca.public_key().raw)?;
         if leaf.issuer().as_raw() == ca.subject().as_raw()
             && UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &ca_point)
@@ -580,6 +587,30 @@ mod tests {
         assert!(matches!(
             c.verify(&not_json),
             Err(ResponseError::Malformed(_))
+        ));
+    }
+
+    /// A PEM block that is no certificate, pinned beside the CA that issued the leaf: the pin is
+    /// unusable, loudly, and an update carrying one is refused.
+    #[test]
+    fn refuses_a_pinned_ca_that_does_not_parse() {
+        const NOT_A_CERTIFICATE: &str =
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let mut c = case();
+        assert!(c.verify(&c.good).is_ok());
+        c.pki.trust.node_ca_pem.push_str(NOT_A_CERTIFICATE);
+        assert!(matches!(c.verify(&c.good), Err(ResponseError::Trust(_))));
+
+        let c = case();
+        let r = rotated(&c);
+        let mut body = joined_body(&CSR, "node_a", vec![r.new_ca.node_leaf(&c.node, "node_a")]);
+        body.trust = Some(TrustUpdate {
+            node_ca_pem: format!("{}{NOT_A_CERTIFICATE}", r.update.node_ca_pem),
+            ..r.update
+        });
+        assert!(matches!(
+            c.verify(&c.pki.respond(&body)),
+            Err(ResponseError::BadTrustUpdate(_))
         ));
     }
 
