@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 
 use gatehouse::pki::{IssueRequest, Pki, new_serial, verify_csr};
 use gatehouse::store::{
-    Admission, AuditResult, Db, JudgedToken, NewAudit, NewEvent, NewNodeCert, NewToken, NodeRole,
-    TokenExpect, TokenRole, new_id,
+    Admission, AuditResult, Db, NewAudit, NewEvent, NewNodeCert, NewToken, NodeRole, TokenExpect,
+    TokenRole, new_id,
 };
 
 /// Microseconds of CPU one join's crypto takes, measured one operation after another.
@@ -178,22 +178,8 @@ async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
         payload: serde_json::json!({ "attestor": "join-token" }),
     };
     if tx.admits_in_one_statement() {
-        let judged = JudgedToken {
-            id: &seen.id,
-            role: seen.role,
-            secret_sha256: &seen.secret_sha256,
-            tenant_id: &seen.tenant_id,
-            pool_id: seen.pool_id.as_deref(),
-            site_id: seen.site_id.as_deref(),
-            expires_at: seen.expires_at,
-            revoked: seen.revoked,
-            expect_product_uuid: seen.expect.product_uuid.as_deref(),
-            expect_mac: seen.expect.mac.as_deref(),
-            expect_node_id: seen.expect.node_id.as_deref(),
-            reclaim: seen.reclaim,
-        };
         let admitted = tx
-            .admit_in_one_statement(&judged, &new_node, &cert, &audit, &event)
+            .admit_in_one_statement(&(&seen).into(), &new_node, &cert, &audit, &event)
             .await?;
         anyhow::ensure!(admitted == Admission::Committed, "{token}: {admitted:?}");
         return Ok(());

@@ -867,7 +867,7 @@ impl JoinService {
                     statements: &statements,
                     shorter_ttl_seconds: result.cert_ttl_seconds,
                     now,
-                    new_node: new_node.as_ref(),
+                    new_node: new_node.is_some(),
                 },
                 request.csr,
             )
@@ -922,7 +922,7 @@ impl JoinService {
         csr: &VerifiedCsr,
     ) -> Result<(JoinResponse, NewNodeCert), Stop> {
         if self.settings.node_issue_interval_ms > 0
-            && cert.new_node.is_none()
+            && !cert.new_node
             && let Some(last) = tx
                 .newest_node_cert_at(cert.node_id)
                 .await
@@ -968,7 +968,7 @@ impl JoinService {
             statements: cert.statements.to_vec(),
             created_at: cert.now,
         };
-        if cert.new_node.is_none() {
+        if !cert.new_node {
             tx.insert_node_cert(&row)
                 .await
                 .map_err(storage("insert cert"))?;
@@ -1194,10 +1194,10 @@ struct Issue<'a> {
     shorter_ttl_seconds: Option<u32>,
     /// Database time.
     now: i64,
-    /// A node new in this round, not written yet: [`JoinService::issue`] leaves the
+    /// The node is new in this round, not written yet: [`JoinService::issue`] leaves the
     /// certificate's row to the caller, who writes it with the node's. It has no certificate
     /// yet, so none was issued to it recently ([`JoinSettings::node_issue_interval_ms`]).
-    new_node: Option<&'a NewNode>,
+    new_node: bool,
 }
 
 /// The role a join's certificate carries: the requested one, except that a lessee's

@@ -237,7 +237,7 @@ impl JoinService {
                     statements: &cert.statements,
                     shorter_ttl_seconds: renewal_ttl_seconds(&cert),
                     now,
-                    new_node: None,
+                    new_node: false,
                 },
                 csr,
             )

@@ -16,7 +16,9 @@ use sha2::{Digest as _, Sha256};
 
 use super::journal::bind_audit_and_event;
 use super::nodes::{bind_cert, bind_node};
-use super::{Backend, NewAudit, NewEvent, NewNode, NewNodeCert, StoreError, TokenRole, Tx};
+use super::{
+    Backend, NewAudit, NewEvent, NewNode, NewNodeCert, StoreError, TokenRole, TokenRow, Tx,
+};
 
 /// A token as a round judged it: the columns its spend must find unchanged (all but the uses).
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +47,26 @@ pub struct JudgedToken<'a> {
     pub expect_node_id: Option<&'a str>,
     /// Whether it may re-key an existing node.
     pub reclaim: bool,
+}
+
+impl<'a> From<&'a TokenRow> for JudgedToken<'a> {
+    /// The token as read.
+    fn from(t: &'a TokenRow) -> Self {
+        JudgedToken {
+            id: &t.id,
+            role: t.role,
+            secret_sha256: &t.secret_sha256,
+            tenant_id: &t.tenant_id,
+            pool_id: t.pool_id.as_deref(),
+            site_id: t.site_id.as_deref(),
+            expires_at: t.expires_at,
+            revoked: t.revoked,
+            expect_product_uuid: t.expect.product_uuid.as_deref(),
+            expect_mac: t.expect.mac.as_deref(),
+            expect_node_id: t.expect.node_id.as_deref(),
+            reclaim: t.reclaim,
+        }
+    }
 }
 
 /// How [`Tx::admit_in_one_statement`] ended.

@@ -1961,36 +1961,21 @@ async fn postgres_write_connections_stay_bounded_after_migrating() {
     }
 }
 
-/// `token(id, uses)` as a round judges it, with `revoked` as it saw it.
-fn judged<'a>(t: &'a NewToken, revoked: bool) -> JudgedToken<'a> {
-    JudgedToken {
-        id: &t.id,
-        role: t.role,
-        secret_sha256: &t.secret_sha256,
-        tenant_id: &t.tenant_id,
-        pool_id: t.pool_id.as_deref(),
-        site_id: t.site_id.as_deref(),
-        expires_at: t.expires_at,
-        revoked,
-        expect_product_uuid: t.expect.product_uuid.as_deref(),
-        expect_mac: t.expect.mac.as_deref(),
-        expect_node_id: t.expect.node_id.as_deref(),
-        reclaim: t.reclaim,
-    }
-}
-
-/// [`Tx::admit_in_one_statement`] of a new node `node` with a certificate `serial`, `minted`
-/// judged with `revoked`, the record of [`record_rows`].
+/// [`Tx::admit_in_one_statement`] of a new node `node` with a certificate `serial`, the token
+/// `seen` judged with `revoked`, the record of [`record_rows`].
 async fn admit_alone(
     tx: Tx,
-    minted: &NewToken,
+    seen: &TokenRow,
     revoked: bool,
     node: &str,
     serial: &str,
 ) -> Result<Admission, StoreError> {
     let (audit, event) = record_rows();
     tx.admit_in_one_statement(
-        &judged(minted, revoked),
+        &JudgedToken {
+            revoked,
+            ..seen.into()
+        },
         &new_node(node),
         &cert_of(node, serial, 1, 100),
         &audit,
@@ -2022,14 +2007,18 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
         eprintln!("skipped: DATABASE_URL is not set");
         return;
     };
-    let minted = token("tok_one", 2);
+    let read = async |id: &str| {
+        let mut read = t.db.read().await.unwrap();
+        read.read_token(id).await.unwrap().unwrap()
+    };
     seed_token(&t.db, "tok_one", 2).await;
+    let seen = read("tok_one").await;
     let admit = |node: &'static str, serial: &'static str, revoked: bool| {
-        let (db, minted) = (t.db.clone(), minted.clone());
+        let (db, seen) = (t.db.clone(), seen.clone());
         async move {
             let tx = db.begin().await.unwrap();
             assert!(tx.admits_in_one_statement());
-            admit_alone(tx, &minted, revoked, node, serial).await
+            admit_alone(tx, &seen, revoked, node, serial).await
         }
     };
     assert_eq!(
@@ -2071,8 +2060,9 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
     );
 
     // No use left: refused as such, nothing written.
-    let spent = token("tok_spent", 1);
     seed_token(&t.db, "tok_spent", 1).await;
+    // As read before another join spent its one use.
+    let spent = read("tok_spent").await;
     let mut tx = t.db.begin().await.unwrap();
     tx.consume_token("tok_spent").await.unwrap();
     tx.commit().await.unwrap();

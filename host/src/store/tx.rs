@@ -220,10 +220,7 @@ impl Tx {
             if self.unsent_begin {
                 // Nothing sent yet: the last statement is the whole transaction, which the
                 // server commits on its own (autocommit), one round trip for three.
-                let done = self.conn()?.execute(last(false)).await;
-                self.check(done)?;
-                self.finished = true;
-                return Ok(());
+                return self.fetch_in_autocommit(last(false)).await.map(drop);
             }
             self.execute(last(false)).await?;
             return self.end("COMMIT").await;
