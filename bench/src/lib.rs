@@ -11,7 +11,9 @@
 //! - `joins_<backend>`: the same at 1, 16 and 64 agents on distinct tokens and at 64 on one
 //!   shared many-use token, each with p50/p99 latency and the process's CPU per join, and the
 //!   limits they are measured against ([`limits`]): the crypto a join needs and the
-//!   database's statements alone.
+//!   database's statements alone. Beside the process's CPU, the whole machine's
+//!   (`machine_cpu_ms_per_join`, and `machine_busy`, the share of its cores busy) and a
+//!   PostgreSQL server's on this machine (`db_server_cpu_ms_per_join`): see [`cpu`].
 //! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`, and where the component
 //!   call's time goes (`attestor_call_us_wasm_breakdown`): see [`attestor_call`].
 //!   `slot_reset_in_place` says whether this kernel let the pooling allocator reset a reused
@@ -27,6 +29,7 @@
 
 mod attestor_call;
 mod cloud_iid;
+mod cpu;
 pub mod fill;
 mod limits;
 mod memory;
@@ -432,6 +435,12 @@ struct Run {
     /// The host's part of it, when the agents ran apart: the process's less the agents'
     /// threads'.
     host_cpu_per_join: Option<Duration>,
+    /// The PostgreSQL server's CPU per join, when it runs on this machine.
+    server_cpu_per_join: Option<Duration>,
+    /// The whole machine's busy CPU per join (everything on it, the kernel's loopback too).
+    machine_cpu_per_join: Option<Duration>,
+    /// The share of all the machine's cores busy during the run.
+    machine_busy: Option<f64>,
 }
 
 impl Run {
@@ -443,8 +452,18 @@ impl Run {
             "process_cpu_ms_per_join": round2(self.cpu_per_join.as_secs_f64() * 1e3),
             "over_crypto_limit": round2(self.joins_per_s / crypto_limit),
         });
+        let ms = |d: Duration| serde_json::Value::from(round2(d.as_secs_f64() * 1e3));
         if let Some(host) = self.host_cpu_per_join {
-            run["host_cpu_ms_per_join"] = round2(host.as_secs_f64() * 1e3).into();
+            run["host_cpu_ms_per_join"] = ms(host);
+        }
+        if let Some(server) = self.server_cpu_per_join {
+            run["db_server_cpu_ms_per_join"] = ms(server);
+        }
+        if let Some(machine) = self.machine_cpu_per_join {
+            run["machine_cpu_ms_per_join"] = ms(machine);
+        }
+        if let Some(busy) = self.machine_busy {
+            run["machine_busy"] = round2(busy).into();
         }
         run
     }
@@ -452,40 +471,6 @@ impl Run {
 
 /// The name of the benchmark's agent threads (Linux keeps 15 bytes of it).
 const AGENT_THREADS: &str = "bench-agent";
-
-/// The process's user and system CPU time so far, its threads' that have ended included
-/// (`/proc/self/stat`), or zero where that is not readable.
-fn process_cpu() -> Duration {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|stat| stat_cpu(&stat))
-        .map_or(Duration::ZERO, |(_, cpu)| cpu)
-}
-
-/// The CPU time so far of this process's live threads named `name` (`/proc/self/task/*/stat`).
-fn threads_cpu(name: &str) -> Duration {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Duration::ZERO;
-    };
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
-        .filter_map(|stat| stat_cpu(&stat))
-        .filter(|(comm, _)| comm == name)
-        .map(|(_, cpu)| cpu)
-        .sum()
-}
-
-/// The command name and user plus system CPU time of a `stat` line (clock ticks of 10 ms).
-fn stat_cpu(stat: &str) -> Option<(String, Duration)> {
-    // The command name (which may hold spaces and parentheses) is closed by the last ')'.
-    let (head, rest) = stat.rsplit_once(')')?;
-    let (_, comm) = head.split_once('(')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let cpu = Duration::from_millis((ticks(11)? + ticks(12)?) * 10);
-    Some((comm.to_owned(), cpu))
-}
 
 /// Starts a dev host (SQLite, or `database_url`), mints `joins` single-use tokens (or one
 /// token of `joins` uses) and lets `agents` concurrent agents, placed as `placed` says, spend
@@ -506,6 +491,9 @@ async fn joins_per_second(
     let dir = tempfile::tempdir()?;
     let files = app::dev::prepare(dir.path(), "127.0.0.1:0")?;
     let mut config = Config::load(&files.config)?;
+    // The server's processes are read only where the URL names this machine: another server's
+    // name there would count a local one that took no part.
+    let server_here = database_url.as_deref().is_some_and(on_this_machine);
     config.database_url = database_url;
     // Every agent joins from loopback, one source: its join rate and connection limits would
     // measure themselves (64 agents at the default 64 connections per source lost a handshake
@@ -597,16 +585,24 @@ async fn joins_per_second(
             }
         }));
     }
+    let server_cpu = || server_here.then(|| cpu::processes("postgres")).flatten();
     warmed.wait().await;
-    let (cpu_before, agents_before) = (process_cpu(), threads_cpu(AGENT_THREADS));
+    let (cpu_before, agents_before) = (cpu::process(), cpu::threads(AGENT_THREADS));
+    let (server_before, machine_before) = (server_cpu(), cpu::machine());
     let started = Instant::now();
     let mut ended = Vec::with_capacity(agents);
     for task in tasks {
         ended.push(task.await);
     }
     let elapsed = started.elapsed().max(Duration::from_millis(1));
-    let cpu = process_cpu().saturating_sub(cpu_before);
-    let agents_cpu = threads_cpu(AGENT_THREADS).saturating_sub(agents_before);
+    let cpu = cpu::process().saturating_sub(cpu_before);
+    let agents_cpu = cpu::threads(AGENT_THREADS).saturating_sub(agents_before);
+    let server_cpu = server_before
+        .zip(server_cpu())
+        .map(|(before, after)| after.saturating_sub(before));
+    let machine_cpu = machine_before
+        .zip(cpu::machine())
+        .map(|(before, after)| after.saturating_sub(before));
     // Dropping a runtime blocks, which async code must not; so before any early return.
     let host_cpu = agent_threads.map(|threads| {
         threads.shutdown_background();
@@ -635,6 +631,27 @@ async fn joins_per_second(
         p99: at(0.99),
         cpu_per_join: cpu / per_join,
         host_cpu_per_join: host_cpu.map(|host| host / per_join),
+        server_cpu_per_join: server_cpu.map(|server| server / per_join),
+        machine_cpu_per_join: machine_cpu.map(|machine| machine / per_join),
+        machine_busy: machine_cpu.map(|machine| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            machine.as_secs_f64() / (elapsed.as_secs_f64() * cores as f64)
+        }),
+    })
+}
+
+/// Whether a PostgreSQL URL names this machine: a loopback address, `localhost`, or a Unix
+/// socket (no host).
+fn on_this_machine(url: &str) -> bool {
+    use std::str::FromStr as _;
+    sqlx::postgres::PgConnectOptions::from_str(url).is_ok_and(|options| {
+        let host = options.get_host();
+        host == "localhost"
+            || host.starts_with('/')
+            || host
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
     })
 }
 
@@ -663,47 +680,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stat_line_gives_its_name_and_cpu_even_with_parentheses_in_the_name() {
-        let line = "4242 (bench (x) agent) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1";
-        assert_eq!(
-            stat_cpu(line),
-            Some(("bench (x) agent".into(), Duration::from_millis(2_800)))
-        );
-        assert_eq!(stat_cpu("4242 (cut"), None);
-        assert_eq!(stat_cpu("4242 (short) S 1 2"), None);
-    }
-
-    #[test]
-    fn this_process_and_its_threads_have_cpu_figures() {
-        const SPENT: Duration = Duration::from_millis(30);
-        let (spent_tx, spent_rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let busy = std::thread::Builder::new()
-            .name("bench-cpu-test".into())
-            .spawn(move || {
-                // Spins until its own figure shows SPENT, then stays alive until measured.
-                let own = || {
-                    std::fs::read_to_string("/proc/thread-self/stat")
-                        .ok()
-                        .and_then(|stat| stat_cpu(&stat))
-                        .map_or(Duration::ZERO, |(_, cpu)| cpu)
-                };
-                let mut x = 0u64;
-                while own() < SPENT {
-                    for _ in 0..100_000 {
-                        x = std::hint::black_box(x.wrapping_add(1));
-                    }
-                }
-                spent_tx.send(()).unwrap();
-                let _ = done_rx.recv();
-            })
-            .unwrap();
-        spent_rx.recv().unwrap();
-        let thread = threads_cpu("bench-cpu-test");
-        assert!(thread >= SPENT, "{thread:?}");
-        assert!(process_cpu() >= thread);
-        assert_eq!(threads_cpu("no-such-thread"), Duration::ZERO);
-        done_tx.send(()).unwrap();
-        busy.join().unwrap();
+    fn only_a_server_on_this_machine_has_its_processes_read() {
+        for url in [
+            "postgres://postgres@127.0.0.1:5432/test",
+            "postgres://postgres@localhost/test",
+            "postgres://postgres@[::1]:5432/test",
+            "postgres:///test?host=/var/run/postgresql",
+        ] {
+            assert!(on_this_machine(url), "{url}");
+        }
+        for url in [
+            "postgres://postgres@db.example:5432/test",
+            "postgres://postgres@10.0.0.7/test",
+            "not a url",
+        ] {
+            assert!(!on_this_machine(url), "{url}");
+        }
     }
 }
