@@ -813,10 +813,9 @@ pub mod dev {
             let bundle = fs::read_to_string(&bundle_path).map_err(io(&bundle_path))?;
             let pki = Pki::from_bundle(&bundle, secret)?;
             let tls_ca = fs::read_to_string(&ca).map_err(io(&ca))?;
-            let text = serde_json::to_string_pretty(
-                &pki.join_trust(&tls_ca, crate::api::publish::wall_clock_ms()),
-            )
-            .unwrap_or_default();
+            let text =
+                serde_json::to_string_pretty(&pki.join_trust(&tls_ca, crate::wall_clock::now_ms()))
+                    .unwrap_or_default();
             let _ = fs::remove_file(&join_trust);
             write_new(&join_trust, text.as_bytes(), 0o600)?;
             created.push(join_trust.clone());

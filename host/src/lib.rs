@@ -19,3 +19,4 @@ pub mod outbound;
 pub mod pki;
 pub mod runtime;
 pub mod store;
+pub mod wall_clock;

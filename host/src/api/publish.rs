@@ -64,17 +64,6 @@ impl Published {
     }
 }
 
-/// The host's clock in ms since the Unix epoch: what decides which rotated keys are still
-/// published where no transaction (and its database time) is open.
-pub fn wall_clock_ms() -> i64 {
-    i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis()),
-    )
-    .unwrap_or(i64::MAX)
-}
-
 /// Why a certificate was revoked, as RFC 5280's CRLReason.
 pub fn crl_reason(why: Revocation) -> RevocationReason {
     match why {
@@ -114,7 +103,7 @@ pub(super) async fn trust(State(state): State<AppState>) -> Json<JoinTrust> {
         state
             .pki
             .get()
-            .join_trust(&state.published.tls_ca_pem, wall_clock_ms()),
+            .join_trust(&state.published.tls_ca_pem, crate::wall_clock::now_ms()),
     )
 }
 
@@ -125,7 +114,10 @@ pub(super) async fn spiffe_bundle(
     let bundle = state
         .pki
         .get()
-        .spiffe_bundle(state.published.refresh.as_secs(), wall_clock_ms())
+        .spiffe_bundle(
+            state.published.refresh.as_secs(),
+            crate::wall_clock::now_ms(),
+        )
         .map_err(|e| ApiError::Internal(format!("SPIFFE bundle: {e}")))?;
     Ok(Json(bundle))
 }

@@ -50,8 +50,7 @@ pub(super) fn run(args: TrustArgs, out: &mut (dyn std::io::Write + Send)) -> any
     };
     // During a rotation's window the file names the retiring keys too, so it works on either
     // side of the window's end.
-    let trust =
-        crate::pki::join_trust_from_bundle(&bundle, &tls_ca, crate::api::publish::wall_clock_ms())?;
+    let trust = crate::pki::join_trust_from_bundle(&bundle, &tls_ca, crate::wall_clock::now_ms())?;
     let mut text = serde_json::to_string_pretty(&trust)?;
     text.push('\n');
     match &args.out {

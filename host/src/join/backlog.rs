@@ -42,7 +42,7 @@ pub(super) struct Backlog {
 impl Backlog {
     /// Keeps a record the database could not take.
     pub(super) fn push(&self, round: Round, decision: Decision) {
-        let at = record::wall_clock_ms();
+        let at = crate::wall_clock::now_ms();
         let Ok(mut queue) = self.queue.lock() else {
             return;
         };

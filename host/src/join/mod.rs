@@ -297,11 +297,10 @@ impl JoinService {
             None => None,
             // The host's clock: no transaction (and its database time) is open yet.
             Some(sealed) => {
-                match self.pki().open_token(
-                    sealed,
-                    &csr.sha256,
-                    crate::api::publish::wall_clock_ms(),
-                ) {
+                match self
+                    .pki()
+                    .open_token(sealed, &csr.sha256, crate::wall_clock::now_ms())
+                {
                     Ok(token) => Some(token),
                     Err(e) => {
                         let refusal = match e {

@@ -356,7 +356,7 @@ fn shadow_fault(fault: &crate::runtime::Fault) -> String {
 /// The sink's copy of a refused round, at the time of its audit row (or, if that was not
 /// written, the host's clock).
 pub(super) fn refusal(round: &Round, decision: &Decision, at: Option<i64>) -> super::sink::Refusal {
-    let at = at.unwrap_or_else(wall_clock_ms);
+    let at = at.unwrap_or_else(crate::wall_clock::now_ms);
     super::sink::Refusal {
         kind: decision.event_kind(round.op),
         attestor: round.attestor.clone(),
@@ -367,14 +367,6 @@ pub(super) fn refusal(round: &Round, decision: &Decision, at: Option<i64>) -> su
         round: round.round,
         at,
     }
-}
-
-/// The host's clock in ms since the Unix epoch: the time of a record the database could not
-/// stamp.
-pub(super) fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Logs the round with structured fields.

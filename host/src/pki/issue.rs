@@ -99,10 +99,7 @@ pub fn new_serial() -> Result<(SerialNumber, String), PkiError> {
     let mut random = [0u8; SERIAL_LEN];
     aws_lc_rs::rand::fill(&mut random).map_err(|_| PkiError::Crypto("randomness"))?;
     let random = u128::from_be_bytes(random) & ((1 << SERIAL_RANDOM_BITS) - 1);
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
-        & ((1 << 48) - 1);
+    let ms = u128::try_from(crate::wall_clock::now_ms()).unwrap_or(0) & ((1 << 48) - 1);
     let value = (1 << 126) | (ms << SERIAL_RANDOM_BITS) | random;
     let bytes = value.to_be_bytes();
     Ok((SerialNumber::from_slice(&bytes), hex::encode(bytes)))

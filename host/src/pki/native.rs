@@ -58,29 +58,33 @@ impl gatehouse_sdk::Crypto for NativeCrypto<'_> {
 
     fn seal_state(&self, plaintext: &[u8], binding: &[u8]) -> Vec<u8> {
         self.pki
-            .seal_state(self.attestor, binding, plaintext, clock_ms())
+            .seal_state(
+                self.attestor,
+                binding,
+                plaintext,
+                crate::wall_clock::now_ms(),
+            )
             .unwrap_or_default()
     }
 
     fn seal_state_until(&self, plaintext: &[u8], binding: &[u8], not_after: i64) -> Vec<u8> {
         self.pki
-            .seal_state_until(self.attestor, binding, plaintext, clock_ms(), not_after)
+            .seal_state_until(
+                self.attestor,
+                binding,
+                plaintext,
+                crate::wall_clock::now_ms(),
+                not_after,
+            )
             .unwrap_or_default()
     }
 
     fn open_state(&self, sealed: &[u8], binding: &[u8]) -> Result<Vec<u8>, CryptoError> {
         self.pki
-            .open_state(self.attestor, binding, sealed, clock_ms())
+            .open_state(self.attestor, binding, sealed, crate::wall_clock::now_ms())
             .map_err(|e| match e {
                 crate::pki::StateError::Expired => CryptoError::Expired,
                 _ => CryptoError::Unsealable,
             })
     }
-}
-
-/// The host clock in ms: the benchmark has no database to take the time from.
-fn clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -47,7 +47,7 @@ impl Clock {
     /// Postgres within [`FRESH`] of the last reading.
     pub(super) fn here(&self) -> Option<i64> {
         match self {
-            Clock::Process => Some(process_ms()),
+            Clock::Process => Some(crate::wall_clock::now_ms()),
             Clock::Server(last) => {
                 let reading = (*last.lock().unwrap_or_else(|e| e.into_inner()))?;
                 reading.at_instant(Instant::now())
@@ -79,13 +79,6 @@ impl Reading {
         let since_ms = i64::try_from(since.as_millis()).ok()?;
         Some(self.ms.saturating_add(since_ms))
     }
-}
-
-/// This process's real-time clock in ms since the Unix epoch (SQLite's clock).
-fn process_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
@@ -125,6 +118,6 @@ mod tests {
         let process = Clock::of(crate::store::Backend::Sqlite);
         process.read(42); // Ignored: SQLite's clock is this process's.
         let now = process.here().expect("always");
-        assert!((now - process_ms()).abs() < 1_000);
+        assert!((now - crate::wall_clock::now_ms()).abs() < 1_000);
     }
 }

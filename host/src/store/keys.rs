@@ -12,9 +12,7 @@
 pub fn new_id(prefix: &str) -> String {
     const ALPHABET: &[u8; 32] = b"234567abcdefghijklmnopqrstuvwxyz";
     const TIME_CHARS: u32 = 10;
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let ms = u128::try_from(crate::wall_clock::now_ms()).unwrap_or(0);
     let random: [u8; 16] = rand::random();
     let mut id = String::with_capacity(prefix.len() + 26);
     id.push_str(prefix);

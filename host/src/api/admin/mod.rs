@@ -42,11 +42,7 @@ impl FromRequestParts<AppState> for AdminActor {
             .map(str::trim)
             .unwrap_or_default();
         // The configured key, or the previous one until its rotation window ends.
-        let bootstrap = |key: &str| {
-            state
-                .admin_keys
-                .accepts(key, super::publish::wall_clock_ms())
-        };
+        let bootstrap = |key: &str| state.admin_keys.accepts(key, crate::wall_clock::now_ms());
         match crate::ops::admins::authenticate(&state.db, bootstrap, presented).await {
             Ok(actor) => Ok(Self(actor)),
             Err(crate::ops::admins::AuthError::Store(e)) => Err(e.into()),
