@@ -63,17 +63,27 @@ pub(crate) fn processes(name: &str) -> Option<Duration> {
     seen.then_some(total)
 }
 
-/// The time all of this machine's CPUs have spent busy so far (user, nice, system, interrupts;
-/// not idle, waiting on I/O, or stolen by a hypervisor), from `/proc/stat`.
-pub(crate) fn machine() -> Option<Duration> {
-    machine_busy(&std::fs::read_to_string("/proc/stat").ok()?)
+/// This machine's CPUs, as `/proc/stat` counts them, and the time they have all spent busy so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Machine {
+    /// User, nice, system and interrupt time; not idle, waiting on I/O, or stolen by a
+    /// hypervisor.
+    pub busy: Duration,
+    /// The CPUs online, each a `cpuN` line: what `busy` is the time of (a process's allowed
+    /// CPUs may be fewer).
+    pub cpus: u32,
 }
 
-/// The busy time of `/proc/stat`'s first line, `cpu  user nice system idle iowait irq softirq
-/// steal …`.
-fn machine_busy(proc_stat: &str) -> Option<Duration> {
-    let line = proc_stat.lines().next()?;
-    let mut fields = line.split_whitespace();
+/// The machine now (`/proc/stat`).
+pub(crate) fn machine() -> Option<Machine> {
+    parse_machine(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// `/proc/stat`: its first line, `cpu  user nice system idle iowait irq softirq steal …`, and
+/// its `cpuN` lines.
+fn parse_machine(proc_stat: &str) -> Option<Machine> {
+    let mut lines = proc_stat.lines();
+    let mut fields = lines.next()?.split_whitespace();
     if fields.next()? != "cpu" {
         return None;
     }
@@ -88,7 +98,16 @@ fn machine_busy(proc_stat: &str) -> Option<Duration> {
     let busy = [user, nice, system, irq, softirq]
         .into_iter()
         .try_fold(0u64, u64::checked_add)?;
-    ticks(busy)
+    let cpus = lines
+        .filter(|line| {
+            line.strip_prefix("cpu")
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .count();
+    Some(Machine {
+        busy: ticks(busy)?,
+        cpus: u32::try_from(cpus).ok().filter(|&n| n > 0)?,
+    })
 }
 
 /// `n` clock ticks: `/proc` counts CPU time in Linux's `USER_HZ`, hundredths of a second.
@@ -149,12 +168,23 @@ mod tests {
 
     #[test]
     fn the_machine_is_busy_for_its_user_system_and_interrupt_time_only() {
-        let stat = "cpu  100 2 30 5000 40 3 4 60 0 0\ncpu0 50 1 15 2500 20 1 2 30 0 0\n";
-        assert_eq!(machine_busy(stat), Some(Duration::from_millis(1_390)));
-        assert_eq!(machine_busy("cpu0 1 2 3 4 5 6 7\n"), None);
-        assert_eq!(machine_busy("cpu  1 2 3\n"), None);
-        assert_eq!(machine_busy(""), None);
-        assert!(machine().is_some_and(|busy| busy > Duration::ZERO));
+        let stat = "cpu  100 2 30 5000 40 3 4 60 0 0\n\
+                    cpu0 50 1 15 2500 20 1 2 30 0 0\n\
+                    cpu1 50 1 15 2500 20 2 2 30 0 0\n\
+                    intr 12345 0 0\n\
+                    ctxt 999\n";
+        assert_eq!(
+            parse_machine(stat),
+            Some(Machine {
+                busy: Duration::from_millis(1_390),
+                cpus: 2
+            })
+        );
+        assert_eq!(parse_machine("cpu0 1 2 3 4 5 6 7\n"), None);
+        assert_eq!(parse_machine("cpu  1 2 3\ncpu0 1 2 3\n"), None);
+        assert_eq!(parse_machine("cpu  1 2 3 4 5 6 7\n"), None, "no CPU lines");
+        assert_eq!(parse_machine(""), None);
+        assert!(machine().is_some_and(|m| m.busy > Duration::ZERO && m.cpus > 0));
     }
 
     #[test]

@@ -439,7 +439,7 @@ struct Run {
     server_cpu_per_join: Option<Duration>,
     /// The whole machine's busy CPU per join (everything on it, the kernel's loopback too).
     machine_cpu_per_join: Option<Duration>,
-    /// The share of all the machine's cores busy during the run.
+    /// The share of all the machine's CPUs busy during the run.
     machine_busy: Option<f64>,
 }
 
@@ -600,9 +600,9 @@ async fn joins_per_second(
     let server_cpu = server_before
         .zip(server_cpu())
         .map(|(before, after)| after.saturating_sub(before));
-    let machine_cpu = machine_before
+    let machine = machine_before
         .zip(cpu::machine())
-        .map(|(before, after)| after.saturating_sub(before));
+        .map(|(before, after)| (after.busy.saturating_sub(before.busy), after.cpus));
     // Dropping a runtime blocks, which async code must not; so before any early return.
     let host_cpu = agent_threads.map(|threads| {
         threads.shutdown_background();
@@ -632,11 +632,9 @@ async fn joins_per_second(
         cpu_per_join: cpu / per_join,
         host_cpu_per_join: host_cpu.map(|host| host / per_join),
         server_cpu_per_join: server_cpu.map(|server| server / per_join),
-        machine_cpu_per_join: machine_cpu.map(|machine| machine / per_join),
-        machine_busy: machine_cpu.map(|machine| {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            machine.as_secs_f64() / (elapsed.as_secs_f64() * cores as f64)
-        }),
+        machine_cpu_per_join: machine.map(|(busy, _)| busy / per_join),
+        machine_busy: machine
+            .map(|(busy, cpus)| busy.as_secs_f64() / (elapsed.as_secs_f64() * f64::from(cpus))),
     })
 }
 
