@@ -585,10 +585,10 @@ async fn joins_per_second(
             }
         }));
     }
-    let server_cpu = || server_here.then(|| cpu::processes("postgres")).flatten();
+    let server_now = || server_here.then(|| cpu::processes("postgres")).flatten();
     warmed.wait().await;
     let (cpu_before, agents_before) = (cpu::process(), cpu::threads(AGENT_THREADS));
-    let (server_before, machine_before) = (server_cpu(), cpu::machine());
+    let (server_before, machine_before) = (server_now(), cpu::machine());
     let started = Instant::now();
     let mut ended = Vec::with_capacity(agents);
     for task in tasks {
@@ -598,7 +598,7 @@ async fn joins_per_second(
     let cpu = cpu::process().saturating_sub(cpu_before);
     let agents_cpu = cpu::threads(AGENT_THREADS).saturating_sub(agents_before);
     let server_cpu = server_before
-        .zip(server_cpu())
+        .zip(server_now())
         .map(|(before, after)| after.saturating_sub(before));
     let machine = machine_before
         .zip(cpu::machine())
