@@ -3,7 +3,7 @@
 //!
 //! Why not the world's bindings for the call: their `instantiate_async` looks up and
 //! type-checks every export of the verifier interface in each new instance, which was about
-//! 0.25 µs of a 10 µs join-token call (issue 14; README, Benchmarks). A component's export
+//! 0.25 µs of a 10 µs join-token call (issue 14; docs/benchmarks.md). A component's export
 //! types are fixed when it is compiled, so checking `verify` in the one instance the load makes
 //! proves it for every later instance of the same component. The load-time calls (`describe`,
 //! `configure`) still go through the bindings.

@@ -4,7 +4,7 @@
 //! pages: that commit copies them into the database file and waits for the file's `fsync`
 //! before it returns. Here that connection is the one every write transaction waits for
 //! ([`super::group`]), so every join in flight waited behind the copy and the `fsync` (3–4 ms
-//! with 100,000 nodes; see the README's Benchmarks). So the write connection checkpoints only
+//! with 100,000 nodes; see docs/benchmarks.md). So the write connection checkpoints only
 //! as a backstop ([`writer_backstop_pages!`]), and a task on a connection of its own runs a
 //! `PASSIVE` checkpoint [`PAUSE`] after commits. A passive checkpoint takes no lock a writer
 //! needs: commits go on while it copies and syncs.
