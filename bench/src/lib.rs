@@ -36,6 +36,7 @@ mod memory;
 mod tpm_verify;
 
 use std::panic::AssertUnwindSafe;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,16 +86,24 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let calls = attestor_call::measure(args.calls).await?;
     let tpm = tpm_verify::measure(args.calls.min(2000)).await?;
     let cloud = cloud_iid::measure(args.calls.min(2000)).await?;
-    let crypto = limits::crypto(args.calls.min(2000))?;
-    let crypto_limit = cores as f64 * 1e6 / (crypto.host_us + crypto.agent_us);
-    let sqlite = backend_figures(&Backend::Sqlite, &args, crypto_limit)
+    let crypto = limits::crypto(args.calls.min(2000), cores)?;
+    // One compiled-component cache for every host the benchmark starts: the first compiles
+    // the built-in attestors, the rest load them (about a third of a run's time was Cranelift
+    // compiling the same components again in each of a dozen start-ups, none of it timed).
+    let compiled = tempfile::tempdir().context("a directory for compiled components")?;
+    let sqlite = backend_figures(&Backend::Sqlite, &args, &crypto, compiled.path())
         .await
         .context("SQLite join benchmark")?;
     let postgres = match std::env::var("DATABASE_URL") {
         Ok(admin_url) if !admin_url.is_empty() => Some(
-            backend_figures(&Backend::Postgres { admin_url }, &args, crypto_limit)
-                .await
-                .context("PostgreSQL join benchmark")?,
+            backend_figures(
+                &Backend::Postgres { admin_url },
+                &args,
+                &crypto,
+                compiled.path(),
+            )
+            .await
+            .context("PostgreSQL join benchmark")?,
         ),
         _ => None,
     };
@@ -105,7 +114,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "joins_postgres": postgres.map(|p| p.detail),
         "crypto_host_us_per_join": round1(crypto.host_us),
         "crypto_agent_us_per_join": round1(crypto.agent_us),
-        "crypto_limit_joins_per_s": round1(crypto_limit),
+        "crypto_limit_joins_per_s": round1(crypto.limit_joins_per_s),
         "attestor_call_us_wasm": round1(calls.wasm_us),
         "attestor_call_us_native": round1(calls.native_us),
         "attestor_call_us_wasm_breakdown": {
@@ -287,23 +296,26 @@ fn postgres_url(admin_url: &str, name: &str) -> String {
 async fn backend_figures(
     backend: &Backend,
     args: &BenchArgs,
-    crypto_limit: f64,
+    crypto: &limits::Crypto,
+    compiled: &Path,
 ) -> anyhow::Result<BackendFigures> {
     let template = backend
         .template(args.nodes)
         .await
         .with_context(|| format!("filling a template with {} nodes", args.nodes))?;
-    let figures = runs(backend, &template, args, crypto_limit).await;
+    let figures = runs(backend, &template, args, crypto, compiled).await;
     backend.drop_template(template).await;
     figures
 }
 
-/// [`backend_figures`]' runs, each on a database made from `template`.
+/// [`backend_figures`]' runs, each on a database made from `template`, each host loading its
+/// compiled attestors from `compiled`.
 async fn runs(
     backend: &Backend,
     template: &Template,
     args: &BenchArgs,
-    crypto_limit: f64,
+    crypto: &limits::Crypto,
+    compiled: &Path,
 ) -> anyhow::Result<BackendFigures> {
     let headline = backend
         .fresh(template, async |url| {
@@ -313,6 +325,7 @@ async fn runs(
                 args.agents,
                 Tokens::Distinct,
                 Agents::Beside,
+                compiled,
             )
             .await
         })
@@ -332,11 +345,11 @@ async fn runs(
     ] {
         let run = backend
             .fresh(template, async |url| {
-                joins_per_second(url, args.joins, agents, tokens, placed).await
+                joins_per_second(url, args.joins, agents, tokens, placed, compiled).await
             })
             .await
             .with_context(|| format!("the {name} run"))?;
-        runs.insert(name.into(), run.json(crypto_limit));
+        runs.insert(name.into(), run.json(crypto));
     }
     let db_limit = backend
         .fresh(template, async |url| {
@@ -358,7 +371,7 @@ async fn runs(
     let best = runs.get("distinct_16").map(fraction).unwrap_or(0.0);
     runs.insert(
         "distinct_16_over_limit".into(),
-        round2(best / crypto_limit.min(db_limit)).into(),
+        round2(best / crypto.limit_joins_per_s.min(db_limit)).into(),
     );
     Ok(BackendFigures {
         headline: headline.joins_per_s,
@@ -444,17 +457,26 @@ struct Run {
 }
 
 impl Run {
-    fn json(&self, crypto_limit: f64) -> serde_json::Value {
+    /// The run's figures. Beside each CPU time per join that crypto bounds, the same over that
+    /// crypto timed in this run (`…_over_crypto`): how many times the join's necessary crypto
+    /// the CPU spent. This machine's speed swings by up to twice from hour to hour, the crypto
+    /// with it, so these ratios compare runs of different hours where the times cannot.
+    fn json(&self, crypto: &limits::Crypto) -> serde_json::Value {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
         let mut run = serde_json::json!({
             "joins_per_s": round1(self.joins_per_s),
             "p50_ms": round1(self.p50.as_secs_f64() * 1e3),
             "p99_ms": round1(self.p99.as_secs_f64() * 1e3),
             "process_cpu_ms_per_join": round2(self.cpu_per_join.as_secs_f64() * 1e3),
-            "over_crypto_limit": round2(self.joins_per_s / crypto_limit),
+            "process_cpu_over_crypto": round2(
+                us(self.cpu_per_join) / (crypto.host_us + crypto.agent_us)
+            ),
+            "over_crypto_limit": round2(self.joins_per_s / crypto.limit_joins_per_s),
         });
         let ms = |d: Duration| serde_json::Value::from(round2(d.as_secs_f64() * 1e3));
         if let Some(host) = self.host_cpu_per_join {
             run["host_cpu_ms_per_join"] = ms(host);
+            run["host_cpu_over_crypto"] = round2(us(host) / crypto.host_us).into();
         }
         if let Some(server) = self.server_cpu_per_join {
             run["db_server_cpu_ms_per_join"] = ms(server);
@@ -472,9 +494,9 @@ impl Run {
 /// The name of the benchmark's agent threads (Linux keeps 15 bytes of it).
 const AGENT_THREADS: &str = "bench-agent";
 
-/// Starts a dev host (SQLite, or `database_url`), mints `joins` single-use tokens (or one
-/// token of `joins` uses) and lets `agents` concurrent agents, placed as `placed` says, spend
-/// them.
+/// Starts a dev host (SQLite, or `database_url`; its compiled attestors cached in
+/// `compiled`), mints `joins` single-use tokens (or one token of `joins` uses) and lets
+/// `agents` concurrent agents, placed as `placed` says, spend them.
 ///
 /// Each agent first joins once untimed, on a token of its own (or a use of the shared one), and
 /// the clock starts when all have: the figures are the steady state of agents that keep their
@@ -487,6 +509,7 @@ async fn joins_per_second(
     agents: usize,
     shared: Tokens,
     placed: Agents,
+    compiled: &Path,
 ) -> anyhow::Result<Run> {
     let dir = tempfile::tempdir()?;
     let files = app::dev::prepare(dir.path(), "127.0.0.1:0")?;
@@ -495,6 +518,7 @@ async fn joins_per_second(
     // name there would count a local one that took no part.
     let server_here = database_url.as_deref().is_some_and(on_this_machine);
     config.database_url = database_url;
+    config.runtime.cache_dir = Some(compiled.to_owned());
     // Every agent joins from loopback, one source: its join rate and connection limits would
     // measure themselves (64 agents at the default 64 connections per source lost a handshake
     // now and then when a connection closed and reopened at once).

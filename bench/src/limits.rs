@@ -23,10 +23,13 @@ use gatehouse::store::{
 pub(super) struct Crypto {
     pub host_us: f64,
     pub agent_us: f64,
+    /// The joins a second `cores` cores could make if a join (host and agent, both on this
+    /// machine) cost only its crypto.
+    pub limit_joins_per_s: f64,
 }
 
 /// Times the join's crypto `iterations` times; the mean of each side.
-pub(super) fn crypto(iterations: usize) -> anyhow::Result<Crypto> {
+pub(super) fn crypto(iterations: usize, cores: usize) -> anyhow::Result<Crypto> {
     let pki = Pki::generate("bench.invalid")?;
     let trust = pki.join_trust("", 1_800_000_000_000);
     let token = gatehouse_proto::TokenString {
@@ -72,9 +75,11 @@ pub(super) fn crypto(iterations: usize) -> anyhow::Result<Crypto> {
         agent += started.elapsed();
     }
     let per = |d: Duration| d.as_secs_f64() * 1e6 / iterations.max(1) as f64;
+    let (host_us, agent_us) = (per(host), per(agent));
     Ok(Crypto {
-        host_us: per(host),
-        agent_us: per(agent),
+        host_us,
+        agent_us,
+        limit_joins_per_s: cores as f64 * 1e6 / (host_us + agent_us),
     })
 }
 
