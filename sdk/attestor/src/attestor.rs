@@ -111,9 +111,10 @@ pub struct Context<'a> {
 pub trait Tx {
     /// The database's clock, the only clock attestors should decide by.
     fn now(&self) -> TimestampMs;
-    /// Locks the token row (`FOR UPDATE`) and returns it, or `None` if there is no such id.
+    /// Reads the token row as committed, or `None` if there is no such id. No lock is taken:
+    /// the host spends the use after the call, on the row as read (the WIT's `lock-token`).
     fn lock_token(&self, id: &str) -> Result<Option<Token>, TxError>;
-    /// Spends one use of a token locked in this transaction; returns the uses left.
+    /// Spends one use of a token `lock_token` read in this call; returns the uses left.
     fn consume_token(&self, id: &str) -> Result<u32, TxError>;
     /// Looks up a node.
     fn node(&self, id: &str) -> Result<Option<Node>, TxError>;
