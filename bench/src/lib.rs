@@ -88,8 +88,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let cloud = cloud_iid::measure(args.calls.min(2000)).await?;
     let crypto = limits::crypto(args.calls.min(2000), cores)?;
     // One compiled-component cache for every host the benchmark starts: the first compiles
-    // the built-in attestors, the rest load them (about a third of a run's time was Cranelift
-    // compiling the same components again in each of a dozen start-ups, none of it timed).
+    // the built-in attestors, the rest load them (a profile put a quarter of a run's CPU in
+    // Cranelift compiling the same components again in each of a dozen start-ups, none of it
+    // timed).
     let compiled = tempfile::tempdir().context("a directory for compiled components")?;
     let sqlite = backend_figures(&Backend::Sqlite, &args, &crypto, compiled.path())
         .await
