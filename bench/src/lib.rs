@@ -87,6 +87,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let tpm = tpm_verify::measure(args.calls.min(2000)).await?;
     let cloud = cloud_iid::measure(args.calls.min(2000)).await?;
     let crypto = limits::crypto(args.calls.min(2000), cores)?;
+    // Timed where the SQLite runs keep their databases (each run's temporary directory).
+    let flush_us = limits::disk_flush_us(&std::env::temp_dir(), 200)?;
     // One compiled-component cache for every host the benchmark starts: the first compiles
     // the built-in attestors, the rest load them (a profile put a quarter of a run's CPU in
     // Cranelift compiling the same components again in each of a dozen start-ups, none of it
@@ -116,6 +118,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "crypto_host_us_per_join": round1(crypto.host_us),
         "crypto_agent_us_per_join": round1(crypto.agent_us),
         "crypto_limit_joins_per_s": round1(crypto.limit_joins_per_s),
+        "disk_flush_us": round1(flush_us),
         "attestor_call_us_wasm": round1(calls.wasm_us),
         "attestor_call_us_native": round1(calls.native_us),
         "attestor_call_us_wasm_breakdown": {

@@ -7,7 +7,13 @@
 //! - the database: a token join's statements alone (the attestor's read of its token on the
 //!   read pool; then, locked, the token again, its spend, database time, the node, its
 //!   certificate, the audit row and the event with the commit), from 16 tasks at once.
+//!
+//! And one figure of the machine that is not a limit but moves every database one: how long
+//! the disk takes to make a small write durable, which every commit waits for (SQLite's
+//! `synchronous = FULL`, PostgreSQL's WAL flush), however many commits a flush carries.
 
+use std::io::Write as _;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -193,4 +199,28 @@ async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
     tx.spend_token_recording(token, &audit, &event).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// The median time, in microseconds, of overwriting 4 KiB of a file in `dir` and
+/// `fdatasync`-ing it, `count` times: what one commit waits for on this disk (the file is
+/// written whole first, as PostgreSQL's WAL segments and a reused SQLite WAL are, so no flush
+/// also carries a change of size; `pg_test_fsync`'s "fdatasync" line measures the same). It
+/// moves from hour to hour on a shared VM (84 µs one day, 171–192 µs another), so each run
+/// records its own beside the join rates.
+pub(super) fn disk_flush_us(dir: &Path, count: usize) -> anyhow::Result<f64> {
+    use std::os::unix::fs::FileExt as _;
+    const BLOCK: usize = 4096;
+    let mut file = tempfile::tempfile_in(dir)
+        .with_context(|| format!("a file to flush in {}", dir.display()))?;
+    file.write_all(&vec![0; BLOCK * count])?;
+    file.sync_all()?;
+    let block = [0x5a_u8; BLOCK];
+    let mut samples = Vec::with_capacity(count);
+    for i in 0..count {
+        let started = Instant::now();
+        file.write_all_at(&block, (i * BLOCK) as u64)?;
+        file.sync_data()?;
+        samples.push(started.elapsed());
+    }
+    Ok(super::median(samples))
 }
