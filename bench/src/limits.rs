@@ -224,3 +224,21 @@ pub(super) fn disk_flush_us(dir: &Path, count: usize) -> anyhow::Result<f64> {
     }
     Ok(super::median(samples))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flush_is_timed_in_the_directory_given_and_leaves_nothing_there() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let us = disk_flush_us(dir.path(), 5).expect("flushes in a writable directory");
+        assert!(us > 0.0 && us.is_finite(), "{us}");
+        let left = std::fs::read_dir(dir.path()).expect("readable").count();
+        assert_eq!(left, 0, "the flushed file is removed");
+
+        let gone = dir.path().join("missing");
+        let error = disk_flush_us(&gone, 5).expect_err("no such directory");
+        assert!(format!("{error:#}").contains("missing"), "{error:#}");
+    }
+}
