@@ -172,7 +172,16 @@ enum Template {
         _dir: tempfile::TempDir,
     },
     /// A clone (`CREATE DATABASE … TEMPLATE`) of this filled PostgreSQL database.
-    Postgres { name: String },
+    Postgres {
+        name: String,
+        /// `STRATEGY FILE_COPY` for the clones (PostgreSQL 15 and later; before 15 a clone
+        /// was always a file copy). The default since 15, `WAL_LOG`, writes the whole template
+        /// through the write-ahead log and leaves its pages dirty in shared buffers, to be
+        /// written out during the run that follows: 151 MB of WAL and a 0.15–0.18 s checkpoint
+        /// for a 157 MB database on this machine, against 18 kB and 0.04 s copied as files
+        /// (which checkpoints before it returns), as SQLite's copy is synced before its run.
+        file_copy: bool,
+    },
 }
 
 impl Backend {
@@ -199,11 +208,19 @@ impl Backend {
                 use sqlx::Connection as _;
                 let name = format!("gh_bench_tmpl_{:016x}", rand::random::<u64>());
                 let mut admin = sqlx::PgConnection::connect(admin_url).await?;
+                // Asked before the database exists, so a failure leaves nothing to drop.
+                let version: i32 =
+                    sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
+                        .fetch_one(&mut admin)
+                        .await?;
                 sqlx::query(&format!("CREATE DATABASE {name}"))
                     .execute(&mut admin)
                     .await?;
                 let url = postgres_url(admin_url, &name);
-                let template = Template::Postgres { name };
+                let template = Template::Postgres {
+                    name,
+                    file_copy: version >= 150_000,
+                };
                 let result = async {
                     filled(&url).await?;
                     // Statistics, as a database this size would have: the clones copy them.
@@ -225,7 +242,7 @@ impl Backend {
     /// Removes a PostgreSQL template (a SQLite one goes with its directory).
     async fn drop_template(&self, template: Template) {
         use sqlx::Connection as _;
-        let (Backend::Postgres { admin_url }, Template::Postgres { name }) = (self, template)
+        let (Backend::Postgres { admin_url }, Template::Postgres { name, .. }) = (self, template)
         else {
             return;
         };
@@ -271,7 +288,14 @@ impl Backend {
             .await
             .context("connecting to DATABASE_URL")?;
         let from = match template {
-            Template::Postgres { name } => format!(" TEMPLATE {name}"),
+            Template::Postgres { name, file_copy } => {
+                let strategy = if *file_copy {
+                    " STRATEGY FILE_COPY"
+                } else {
+                    ""
+                };
+                format!(" TEMPLATE {name}{strategy}")
+            }
             _ => String::new(),
         };
         sqlx::query(&format!("CREATE DATABASE {name}{from}"))
