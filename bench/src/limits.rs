@@ -135,9 +135,9 @@ pub(super) async fn database(db: &Db, joins: usize, tasks: usize) -> anyhow::Res
 }
 
 /// One token join's statements, as JoinService runs them: the attestor's read of its token,
-/// then the locked phase (the token judged as read, its spend proving it unchanged): on
-/// PostgreSQL one statement committed on its own, on SQLite the node with its certificate and
-/// the spend with the record in the transaction.
+/// then the locked phase (the token judged as read, its spend proving it unchanged) as one
+/// query: on PostgreSQL one statement committed on its own, on SQLite a batch member's
+/// savepoint to its release, then the wait for its batch's commit.
 async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
     let mut read = db.read().await?;
     let Some(seen) = read.read_token(token).await? else {
@@ -188,16 +188,10 @@ async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
         token_id: Some(token.to_owned()),
         payload: serde_json::json!({ "attestor": "join-token" }),
     };
-    if tx.admits_in_one_statement() {
-        let admitted = tx
-            .admit_in_one_statement(&(&seen).into(), &new_node, &cert, &audit, &event)
-            .await?;
-        anyhow::ensure!(admitted == Admission::Committed, "{token}: {admitted:?}");
-        return Ok(());
-    }
-    tx.insert_node_with_cert(&new_node, &cert).await?;
-    tx.spend_token_recording(token, &audit, &event).await?;
-    tx.commit().await?;
+    let admitted = tx
+        .admit_in_one_statement(&(&seen).into(), &new_node, &cert, &audit, &event)
+        .await?;
+    anyhow::ensure!(admitted == Admission::Committed, "{token}: {admitted:?}");
     Ok(())
 }
 

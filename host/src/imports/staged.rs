@@ -376,9 +376,10 @@ impl Spends {
     /// nothing of the round is spent or recorded.
     ///
     /// `new_node`, a node new in this round and its first certificate not yet written, goes
-    /// in first. A round that spends one token, with nothing of its transaction sent yet, on
-    /// Postgres, writes all of it in one statement committed on its own
-    /// ([`Tx::admit_in_one_statement`]): the spend itself checks the row as judged.
+    /// in first. A round that spends one token, with nothing of its transaction sent yet,
+    /// writes all of it in one query ([`Tx::admit_in_one_statement`]: on Postgres one
+    /// statement committed on its own, on SQLite a batch member's savepoint to its release):
+    /// the spend itself checks the row as judged.
     pub async fn commit(
         self,
         mut tx: Tx,

@@ -1,19 +1,29 @@
-//! A token join's whole write on PostgreSQL as one statement, committed on its own.
+//! A token join's whole write as one query: on PostgreSQL one statement committed on its own, on
+//! SQLite the statements of a batch member from its savepoint to its release.
 //!
 //! A join on a single-use or many-use token whose locked phase sent nothing before its end (the
 //! token judged as the attestor read it, the database's clock known without a statement, a new
 //! node with no bindings: the common join) writes five rows: the node, its first certificate,
 //! the token's spend, the audit row and the event. In a transaction that is `BEGIN`, two
-//! statements and `COMMIT`, four round trips; here one statement in autocommit, which the server
-//! commits when it ends. The spend is also the judgement: it changes the token only if the row
-//! is still the row the round judged, but for its uses left (what `imports::staged` otherwise
-//! checks on the spend's returned row before committing, which autocommit leaves no time for),
-//! and every insert reads the spent row, so when nothing is spent nothing is written. On one
-//! many-use token the row lock is now held from the spend to the end of this statement's own
-//! commit, without a round trip to the host in between.
+//! statements and `COMMIT`, four round trips; on PostgreSQL it is one statement in autocommit,
+//! which the server commits when it ends. On SQLite, whose every write transaction is a savepoint
+//! in a batch that commits together (`super::group`), it was three round trips to the write
+//! connection's worker thread (the savepoint with the node and certificate, the spend with the
+//! record, the release); here one query holds them all, the savepoint first and the release
+//! last, and the join then waits for its batch's `COMMIT` as any member does.
+//!
+//! The spend is also the judgement: it changes the token only if the row is still the row the
+//! round judged, but for its uses left (what `imports::staged` otherwise checks on the spend's
+//! returned row before committing, which autocommit leaves no time for, and which on SQLite
+//! would need the row back on the host before the release), and every insert depends on the
+//! spend (PostgreSQL: it reads the spent row; SQLite: each runs only if the statement before it
+//! wrote its row, `changes()`), so when nothing is spent nothing is written. On one many-use
+//! token PostgreSQL's row lock is held from the spend to the end of this statement's own commit,
+//! without a round trip to the host in between.
 
 use sha2::{Digest as _, Sha256};
 
+use super::decode::Fields;
 use super::journal::bind_audit_and_event;
 use super::nodes::{bind_cert, bind_node};
 use super::{
@@ -80,18 +90,28 @@ pub enum Admission {
     Changed,
 }
 
-/// The statement. `$1`–`$20` the audit row and event, `$21` the token, `$22`–`$32` the token as
-/// judged, `$33`–`$40` the node and `$41`–`$50` its certificate (the binds of
+/// A use of token `$21` spent only if its row is still `$22`–`$32` (the token as judged, in
+/// [`JudgedToken`]'s order) but for its uses left; up to what it returns. `IS NOT DISTINCT FROM`
+/// is equality with NULL equal to NULL (SQLite has it since 3.39; the bundled one is 3.46).
+macro_rules! spend_as_judged {
+    () => {
+        "UPDATE join_tokens SET uses_left = uses_left - 1 \
+         WHERE id = $21 AND uses_left > 0 AND role = $22 AND secret_sha256 = $23 \
+         AND tenant_id = $24 AND pool_id IS NOT DISTINCT FROM $25 \
+         AND site_id IS NOT DISTINCT FROM $26 AND expires_at = $27 AND revoked = $28 \
+         AND expect_product_uuid IS NOT DISTINCT FROM $29 AND expect_mac IS NOT DISTINCT FROM $30 \
+         AND expect_node_id IS NOT DISTINCT FROM $31 AND reclaim = $32 RETURNING "
+    };
+}
+
+/// PostgreSQL's statement. `$1`–`$20` the audit row and event, `$21` the token, `$22`–`$32` the
+/// token as judged, `$33`–`$40` the node and `$41`–`$50` its certificate (the binds of
 /// `journal::bind_audit_and_event`, `nodes::bind_node` and `nodes::bind_cert`, in that order).
 /// The certificate's foreign key to the node is checked at the statement's end.
 const POSTGRES_ADMIT: &str = concat!(
-    "WITH spent AS (UPDATE join_tokens SET uses_left = uses_left - 1 \
-     WHERE id = $21 AND uses_left > 0 AND role = $22 AND secret_sha256 = $23 \
-     AND tenant_id = $24 AND pool_id IS NOT DISTINCT FROM $25 \
-     AND site_id IS NOT DISTINCT FROM $26 AND expires_at = $27 AND revoked = $28 \
-     AND expect_product_uuid IS NOT DISTINCT FROM $29 AND expect_mac IS NOT DISTINCT FROM $30 \
-     AND expect_node_id IS NOT DISTINCT FROM $31 AND reclaim = $32 RETURNING id), ",
-    "node AS (",
+    "WITH spent AS (",
+    spend_as_judged!(),
+    "id), node AS (",
     insert_node_into!(),
     "SELECT $33, $34, $35, $36, $37, 0, 0, $38, $39, $40, $40 FROM spent RETURNING id), \
      cert AS (",
@@ -101,18 +121,37 @@ const POSTGRES_ADMIT: &str = concat!(
     " SELECT id FROM spent"
 );
 
+/// SQLite's statements, bound as [`POSTGRES_ADMIT`]'s and sent behind the member's savepoint
+/// (`Tx`'s unsent begin): the spend, then each insert only if the statement before it wrote its
+/// row, then, only if nothing was written, the token's uses left (so the round can say why),
+/// then the release into the batch. Each returned row says `spent` (1: everything written) and
+/// `uses_left`. A statement that fails stops the query before the release, and the member's
+/// savepoint is rolled back as after any failed statement.
+const SQLITE_ADMIT: &str = concat!(
+    spend_as_judged!(),
+    "1 AS spent, uses_left; ",
+    insert_node_into!(),
+    "SELECT $33, $34, $35, $36, $37, 0, 0, $38, $39, $40, $40 WHERE changes() = 1; ",
+    insert_cert_into!(),
+    "SELECT $41, $42, $43, $44, $45, $46, $47, $48, 0, $49, $50 WHERE changes() = 1; ",
+    sqlite_record_after_change!(),
+    "; SELECT 0 AS spent, uses_left FROM join_tokens WHERE id = $21 AND changes() = 0; ",
+    super::group::release_member!()
+);
+
 impl Tx {
-    /// Whether [`Tx::admit_in_one_statement`] may write this transaction's admission: on
-    /// Postgres, while nothing of the transaction was sent.
+    /// Whether [`Tx::admit_in_one_statement`] may write this transaction's admission: while
+    /// nothing of the transaction was sent (on SQLite, a batch member's savepoint not yet taken).
     pub fn admits_in_one_statement(&self) -> bool {
-        self.backend() == Backend::Postgres && self.nothing_sent()
+        self.nothing_sent()
     }
 
     /// Writes a token join's admission, a new node `n` with its first certificate `c`, a use
     /// of `token` spent if it is still as judged, the audit row `a` and the event `e`, in one
-    /// statement committed on its own (see the module documentation); how it ended. Only when
+    /// query committed on its own (see the module documentation); how it ended. Only when
     /// [`Tx::admits_in_one_statement`] (else [`StoreError::Aborted`], nothing sent). On an
-    /// error nothing was written.
+    /// error nothing was written, but for [`StoreError::BatchLost`] on SQLite, whose writes
+    /// were rolled back with their batch.
     pub async fn admit_in_one_statement(
         mut self,
         token: &JudgedToken<'_>,
@@ -124,8 +163,9 @@ impl Tx {
         if !self.admits_in_one_statement() {
             return Err(StoreError::Aborted);
         }
+        let sql = self.pick(SQLITE_ADMIT, POSTGRES_ADMIT);
         let der_sha256 = Sha256::digest(&c.der);
-        let q = bind_audit_and_event(POSTGRES_ADMIT, a, e)
+        let q = bind_audit_and_event(sql, a, e)
             .bind(token.id)
             .bind(token.role.as_str())
             .bind(token.secret_sha256)
@@ -139,15 +179,33 @@ impl Tx {
             .bind(token.expect_node_id)
             .bind(super::decode::flag(token.reclaim));
         let q = bind_cert(bind_node(q, n), c, &der_sha256);
-        if self.fetch_in_autocommit(q).await?.is_some() {
-            return Ok(Admission::Committed);
-        }
-        // Nothing spent, so nothing written: why, for the round (which runs again on a changed
-        // token, and is refused on a spent one).
-        let q = sqlx::query("SELECT uses_left FROM join_tokens WHERE id = $1").bind(token.id);
-        let left = match self.fetch_in_autocommit(q).await? {
-            Some(row) => super::decode::Fields::new(&row, "join_tokens").i64("uses_left")?,
-            None => 0,
+        let left = match self.backend() {
+            Backend::Sqlite => {
+                let rows = self.fetch_all_releasing(q).await?;
+                match rows.first() {
+                    Some(row) => {
+                        let f = Fields::new(row, "join_tokens");
+                        if f.i64("spent")? == 1 {
+                            return Ok(Admission::Committed);
+                        }
+                        f.i64("uses_left")?
+                    }
+                    None => 0,
+                }
+            }
+            Backend::Postgres => {
+                if self.fetch_in_autocommit(q).await?.is_some() {
+                    return Ok(Admission::Committed);
+                }
+                // Nothing spent, so nothing written: why, for the round (which runs again on a
+                // changed token, and is refused on a spent one).
+                let q =
+                    sqlx::query("SELECT uses_left FROM join_tokens WHERE id = $1").bind(token.id);
+                match self.fetch_in_autocommit(q).await? {
+                    Some(row) => Fields::new(&row, "join_tokens").i64("uses_left")?,
+                    None => 0,
+                }
+            }
         };
         Ok(if left > 0 {
             Admission::Changed

@@ -128,11 +128,8 @@ const SQLITE_SPEND_AND_RECORD: &str = concat!(
     "UPDATE join_tokens SET uses_left = uses_left - 1 WHERE id = $21 AND uses_left > 0 \
      RETURNING ",
     token_columns!(),
-    "; INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, subject, \
-     node_key, csr_sha256, client_addr) \
-     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE changes() = 1; \
-     INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
-     payload) SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20 WHERE changes() = 1"
+    "; ",
+    sqlite_record_after_change!()
 );
 
 /// `sql` (one of the above) with an audit record bound as `$1` to `$11` and its event (the

@@ -63,6 +63,20 @@ macro_rules! record_from_spent {
     };
 }
 
+/// SQLite's audit row and event of a round, as statements that follow the one that spent a
+/// token's use (SQLite has no data-modifying `WITH`): each inserts only if the statement before
+/// it changed a row (`changes()`), so neither without the spend. `$1` to `$20` as
+/// `journal::bind_audit_and_event` binds them.
+macro_rules! sqlite_record_after_change {
+    () => {
+        "INSERT INTO audits (at, attestor, round, result, reason, node_id, token_id, subject, \
+         node_key, csr_sha256, client_addr) \
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE changes() = 1; \
+         INSERT INTO events (at, kind, tenant_id, node_id, attestor, reason, token_id, actor, \
+         payload) SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20 WHERE changes() = 1"
+    };
+}
+
 mod admins;
 mod admission;
 mod checkpoint;

@@ -244,8 +244,26 @@ impl Tx {
         self.check(result)
     }
 
+    /// Runs `query`, whose last statement releases this batch member's savepoint
+    /// ([`group::RELEASE`]), in one round trip with the savepoint itself, and waits for the
+    /// batch's `COMMIT`; the rows the query returned. Only for a SQLite batch member of which
+    /// nothing was sent ([`Tx::nothing_sent`]; else [`StoreError::Aborted`], nothing sent). A
+    /// failure of the query leaves the member unfinished: dropped, it rolls back.
+    pub(super) async fn fetch_all_releasing<'q>(
+        mut self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<Vec<AnyRow>, StoreError> {
+        let Some(group) = self.group.clone().filter(|_| self.unsent_begin) else {
+            return Err(StoreError::Aborted);
+        };
+        let rows = self.fetch_all(query).await?;
+        self.released(group).await?;
+        Ok(rows)
+    }
+
     /// Whether nothing of this transaction was sent yet ([`Tx::commit_after`] would run its
-    /// last statement on its own, in autocommit, on Postgres).
+    /// last statement on its own, in autocommit, on Postgres; a SQLite batch member's next
+    /// query would take its savepoint).
     pub(super) fn nothing_sent(&self) -> bool {
         self.unsent_begin
     }
