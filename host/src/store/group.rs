@@ -48,6 +48,11 @@ pub(super) const RELEASE: &str = release_member!();
 /// A member's rollback: its writes are undone, the batch's other members' are not.
 pub(super) const ROLLBACK_MEMBER: &str = "ROLLBACK TO tx; RELEASE tx";
 
+/// Whether `e`, the answer to [`ROLLBACK_MEMBER`], says the member's savepoint does not exist.
+pub(super) fn savepoint_gone(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(e) if e.message().starts_with("no such savepoint"))
+}
+
 /// The batch state of the one SQLite write connection. Only the task holding that connection
 /// changes it, so it always describes the connection.
 #[derive(Debug)]
@@ -127,6 +132,23 @@ impl GroupCommit {
         let ended = conn.execute("ROLLBACK").await.is_ok();
         self.batch().open = false;
         ended
+    }
+
+    /// A member was dropped while the query ending with its release ran, and its savepoint is
+    /// gone ([`savepoint_gone`]): either the release ran, and its writes are whole in the
+    /// batch, or nothing of the query ran (its savepoint was never taken). Unless it was to
+    /// open the batch and the batch never began, it joins the batch as a member nobody waits
+    /// for; a `BEGIN` tells which (it fails inside the batch's transaction, and outside any it
+    /// opens one, which [`GroupCommit::abort`]'s `ROLLBACK` ends). Whether the connection is
+    /// clean.
+    pub(super) async fn adopt_released(self: &Arc<Self>, conn: &mut AnyConnection) -> bool {
+        if conn.execute("BEGIN").await.is_ok() {
+            return self
+                .abort(conn, "its first member's begin did not run")
+                .await;
+        }
+        drop(self.join());
+        true
     }
 
     /// The batch cannot be kept (a member's savepoint could not be rolled back, its begin

@@ -1700,6 +1700,71 @@ async fn sqlite_a_lost_commit_batch_fails_its_waiting_members() {
     assert!(tx.tenant_exists("after").await.unwrap());
 }
 
+/// A batch member dropped after the query releasing its savepoint ran but before it read the
+/// answer (its client hung up, its request timed out) leaves the batch whole: the members that
+/// released before it commit, and so do its own writes, complete and unanswered (there is no
+/// taking them out of the batch without the others'), rather than a rollback of the whole
+/// batch failing every member waiting on it. A member dropped before its query ran still
+/// rolls back alone, and one whose batch never began ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_member_dropped_after_its_release_leaves_the_batch_whole() {
+    use sqlx::{Connection as _, Executor as _};
+    let t = testing::sqlite().await;
+    let mut first = t.db.begin().await.unwrap();
+    first.insert_tenant("first").await.unwrap();
+    // The second queues for the connection before the first commits, so it runs inside the
+    // first's batch, ahead of the batch's flusher.
+    let db = t.db.clone();
+    let second = tokio::spawn(async move {
+        let mut tx = db.begin().await.unwrap();
+        tx.insert_tenant("second").await.unwrap();
+        let mut commit = std::pin::pin!(tx.commit());
+        // Sent: SQLite's worker thread runs the release. The future is not polled again until
+        // the answer is surely back, and then dropped unread.
+        assert!(futures::poll!(commit.as_mut()).is_pending());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.commit().await.unwrap();
+    second.await.unwrap();
+    let mut tx = t.db.begin().await.unwrap();
+    assert!(tx.tenant_exists("first").await.unwrap());
+    assert!(tx.tenant_exists("second").await.unwrap());
+    tx.insert_tenant("after").await.unwrap();
+    tx.commit().await.unwrap();
+
+    // Dropped before its release was sent: its own writes alone are rolled back.
+    let mut tx = t.db.begin().await.unwrap();
+    tx.insert_tenant("dropped").await.unwrap();
+    drop(tx);
+    let mut tx = t.db.begin().await.unwrap();
+    assert!(!tx.tenant_exists("dropped").await.unwrap());
+    tx.commit().await.unwrap();
+
+    // Its savepoint gone because the batch it was to open never began (another process held
+    // SQLite's write lock past the busy timeout): the batch it counted as open is ended, so
+    // the next member opens a batch of its own instead of taking a savepoint outside any,
+    // which its release would commit behind its batch's back.
+    let mut holder = sqlx::AnyConnection::connect(&t.url).await.unwrap();
+    holder.execute("BEGIN IMMEDIATE").await.unwrap();
+    let (audit, event) = record_rows();
+    let tx = t.db.begin().await.unwrap();
+    assert!(
+        tx.commit_with_audit_and_event(&audit, &event)
+            .await
+            .is_err()
+    );
+    holder.execute("ROLLBACK").await.unwrap();
+    holder.close().await.unwrap();
+    let mut tx = t.db.begin().await.unwrap();
+    tx.insert_tenant("last").await.unwrap();
+    tx.commit().await.unwrap();
+    let mut read = t.db.read().await.unwrap();
+    assert!(read.tenant_exists("after").await.unwrap());
+    assert!(read.tenant_exists("last").await.unwrap());
+    assert!(!read.tenant_exists("dropped").await.unwrap());
+}
+
 /// On SQLite a transaction's savepoint goes with its first statement, in one round trip. That
 /// statement answers as if sent alone (its rows, and its own change count: SQLite reports the
 /// change count of an earlier statement for `BEGIN` and `SAVEPOINT`); a transaction that sent

@@ -59,6 +59,11 @@ pub struct Tx {
     /// transaction found it, so one that ends without a statement has nothing to commit or
     /// roll back.
     unsent_begin: bool,
+    /// A query ending with this batch member's release was sent: dropped unfinished, its
+    /// release may have run, and its rollback must tell ([`PendingRollback::roll_back`]).
+    /// Never cleared: a query that failed stopped before its release, which the rollback
+    /// finds as it finds any savepoint.
+    releasing: bool,
     /// The database's clock ([`Tx::now`]), shared by the [`super::Db`]'s transactions.
     clock: Arc<Clock>,
 }
@@ -72,6 +77,7 @@ impl Drop for Tx {
         let mut pending = PendingRollback {
             conn,
             group: self.group.clone(),
+            maybe_released: self.releasing,
             rolled_back: false,
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -92,6 +98,8 @@ impl Drop for Tx {
 struct PendingRollback {
     conn: Lease,
     group: Option<Arc<GroupCommit>>,
+    /// [`Tx::releasing`]: the member was dropped while the query releasing its savepoint ran.
+    maybe_released: bool,
     rolled_back: bool,
 }
 
@@ -102,10 +110,23 @@ impl PendingRollback {
     }
 
     /// Rolls the abandoned transaction back; whether the connection is clean.
+    ///
+    /// A batch member dropped while the query ending with its release ran (its client hung
+    /// up, its request timed out) may find its savepoint gone: the release ran, and its
+    /// writes, whole, are now the batch's, which cannot drop them without dropping every
+    /// other member's too. So they stay and commit with the batch, unanswered (as a
+    /// PostgreSQL statement in autocommit that completes after its caller left), rather than
+    /// failing the batch's other members ([`GroupCommit::adopt_released`]).
     async fn roll_back(&mut self) -> bool {
-        match &self.group {
-            None => self.conn.execute("ROLLBACK").await.is_ok(),
-            Some(group) => member_rolled_back(group, &mut self.conn).await,
+        let Some(group) = &self.group else {
+            return self.conn.execute("ROLLBACK").await.is_ok();
+        };
+        match self.conn.execute(group::ROLLBACK_MEMBER).await {
+            Ok(_) => group.after_rollback(&mut self.conn).await,
+            Err(e) if self.maybe_released && group::savepoint_gone(&e) => {
+                group.adopt_released(&mut self.conn).await
+            }
+            Err(e) => group.abort(&mut self.conn, &e.to_string()).await,
         }
     }
 }
@@ -146,6 +167,7 @@ impl Tx {
             failed: false,
             group: group.cloned(),
             unsent_begin: false,
+            releasing: false,
             clock: clock.clone(),
         };
         if tx.group.is_some() || backend == Backend::Postgres {
@@ -174,6 +196,7 @@ impl Tx {
             failed: false,
             group: None,
             unsent_begin: false,
+            releasing: false,
             clock: clock.clone(),
         })
     }
@@ -197,8 +220,9 @@ impl Tx {
         let Some(group) = self.group.clone() else {
             return self.end("COMMIT").await;
         };
-        // A failed release leaves the Tx unfinished: dropped, it rolls back (the batch too,
-        // if the savepoint is gone).
+        // A failed release leaves the Tx unfinished: dropped, it rolls back. Dropped while
+        // the release ran, its rollback finds out whether it did (`PendingRollback`).
+        self.releasing = true;
         self.end(group::RELEASE).await?;
         self.released(group).await
     }
@@ -225,6 +249,7 @@ impl Tx {
             self.execute(last(false)).await?;
             return self.end("COMMIT").await;
         };
+        self.releasing = true;
         self.execute(last(true)).await?;
         self.released(group).await
     }
@@ -256,6 +281,7 @@ impl Tx {
         let Some(group) = self.group.clone().filter(|_| self.unsent_begin) else {
             return Err(StoreError::Aborted);
         };
+        self.releasing = true;
         let rows = self.fetch_all(query).await?;
         self.released(group).await?;
         Ok(rows)
