@@ -17,7 +17,9 @@
 //!   exactly-once check (a token's uses, the ledger, a binding) holds as before.
 //! - If the batch itself cannot be kept (a savepoint that cannot be rolled back, a `COMMIT`
 //!   that fails), the batch is rolled back whole and every member waiting on it fails: none of
-//!   their writes committed, so each caller's "try again" is true.
+//!   their writes committed, so each caller's "try again" is true. A member dropped after its
+//!   release ran is not such a failure: its writes are whole and commit with the batch
+//!   ([`GroupCommit::adopt_released`]).
 //! - An open batch always has a flusher queued or is closed at once, so SQLite's write lock is
 //!   never left held by a batch with nobody to commit it.
 //!
