@@ -1669,29 +1669,42 @@ async fn sqlite_transactions_committed_together_are_each_durable() {
     other.close().await;
 }
 
+/// Commits a SQLite transaction that wrote tenant `tenant`, with `second` given the next
+/// transaction: it queues for the connection before the first commits, so it runs inside the
+/// first's batch, ahead of the batch's flusher. The first's commit, once `second` ended.
+async fn commit_before_a_second_member<F>(
+    t: &TestDb,
+    tenant: &str,
+    second: impl FnOnce(Tx) -> F + Send + 'static,
+) -> Result<(), StoreError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut first = t.db.begin().await.unwrap();
+    first.insert_tenant(tenant).await.unwrap();
+    let db = t.db.clone();
+    let second = tokio::spawn(async move { second(db.begin().await.unwrap()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let committed = first.commit().await;
+    second.await.unwrap();
+    committed
+}
+
 /// A batch that cannot be kept (here a member ends SQLite's transaction behind the batch's
 /// back, so its savepoint cannot be rolled back) fails every member waiting on it: a member
 /// that already released is told its writes were lost, and they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_lost_commit_batch_fails_its_waiting_members() {
     let t = testing::sqlite().await;
-    let mut first = t.db.begin().await.unwrap();
-    first.insert_tenant("released").await.unwrap();
-    // A second transaction queues for the connection before the first commits, so it runs
-    // inside the first's batch, ahead of the batch's flusher.
-    let db = t.db.clone();
-    let saboteur = tokio::spawn(async move {
-        let mut tx = db.begin().await.unwrap();
+    let committed = commit_before_a_second_member(&t, "released", |mut tx| async move {
         tx.execute(sqlx::query("ROLLBACK")).await.unwrap();
         drop(tx);
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let committed = first.commit().await;
+    })
+    .await;
     assert!(
         matches!(committed, Err(StoreError::BatchLost(_))),
         "{committed:?}"
     );
-    saboteur.await.unwrap();
     let mut tx = t.db.begin().await.unwrap();
     assert!(!tx.tenant_exists("released").await.unwrap());
     tx.insert_tenant("after").await.unwrap();
@@ -1710,23 +1723,16 @@ async fn sqlite_a_lost_commit_batch_fails_its_waiting_members() {
 async fn sqlite_a_member_dropped_after_its_release_leaves_the_batch_whole() {
     use sqlx::{Connection as _, Executor as _};
     let t = testing::sqlite().await;
-    let mut first = t.db.begin().await.unwrap();
-    first.insert_tenant("first").await.unwrap();
-    // The second queues for the connection before the first commits, so it runs inside the
-    // first's batch, ahead of the batch's flusher.
-    let db = t.db.clone();
-    let second = tokio::spawn(async move {
-        let mut tx = db.begin().await.unwrap();
+    commit_before_a_second_member(&t, "first", |mut tx| async move {
         tx.insert_tenant("second").await.unwrap();
         let mut commit = std::pin::pin!(tx.commit());
         // Sent: SQLite's worker thread runs the release. The future is not polled again until
         // the answer is surely back, and then dropped unread.
         assert!(futures::poll!(commit.as_mut()).is_pending());
         tokio::time::sleep(Duration::from_millis(200)).await;
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    first.commit().await.unwrap();
-    second.await.unwrap();
+    })
+    .await
+    .unwrap();
     let mut tx = t.db.begin().await.unwrap();
     assert!(tx.tenant_exists("first").await.unwrap());
     assert!(tx.tenant_exists("second").await.unwrap());
@@ -2077,6 +2083,22 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
             let mut read = t.db.read().await.unwrap();
             read.read_token(id).await.unwrap().unwrap()
         };
+        // An admission's answer (`None`: an error) and then what it wrote.
+        let after = async |outcome: Result<Admission, StoreError>,
+                           answer: Option<Admission>,
+                           node: &str,
+                           token: &str,
+                           rows: (bool, usize, u32, usize, usize)| {
+            match answer {
+                Some(answer) => assert_eq!(outcome.unwrap(), answer, "{backend:?}"),
+                None => assert!(outcome.is_err(), "{backend:?}"),
+            }
+            assert_eq!(
+                admission_rows(&t.db, node, token).await,
+                rows,
+                "{backend:?}"
+            );
+        };
         seed_token(&t.db, "tok_one", 2).await;
         let seen = read("tok_one").await;
         let admit = |node: &'static str, serial: &'static str, revoked: bool| {
@@ -2087,50 +2109,24 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
                 admit_alone(tx, &seen, revoked, node, serial).await
             }
         };
-        assert_eq!(
-            admit("node_a", "s_a", false).await.unwrap(),
-            Admission::Committed,
-            "{backend:?}"
-        );
-        assert_eq!(
-            admission_rows(&t.db, "node_a", "tok_one").await,
-            (true, 1, 1, 1, 1),
-            "{backend:?}"
-        );
+        let committed = Some(Admission::Committed);
+        let outcome = admit("node_a", "s_a", false).await;
+        after(outcome, committed, "node_a", "tok_one", (true, 1, 1, 1, 1)).await;
 
         // A serial taken: the statement fails, and the token keeps its use.
-        assert!(admit("node_b", "s_a", false).await.is_err(), "{backend:?}");
-        assert_eq!(
-            admission_rows(&t.db, "node_b", "tok_one").await,
-            (false, 0, 1, 1, 1),
-            "{backend:?}"
-        );
+        let outcome = admit("node_b", "s_a", false).await;
+        after(outcome, None, "node_b", "tok_one", (false, 0, 1, 1, 1)).await;
 
         // Judged other than it is (here: revoked, which it is not): changed, nothing written.
-        assert_eq!(
-            admit("node_c", "s_c", true).await.unwrap(),
-            Admission::Changed,
-            "{backend:?}"
-        );
-        assert_eq!(
-            admission_rows(&t.db, "node_c", "tok_one").await,
-            (false, 0, 1, 1, 1),
-            "{backend:?}"
-        );
+        let changed = Some(Admission::Changed);
+        let outcome = admit("node_c", "s_c", true).await;
+        after(outcome, changed, "node_c", "tok_one", (false, 0, 1, 1, 1)).await;
         // Revoked since it was judged: the same.
         let mut tx = t.db.begin().await.unwrap();
         assert!(tx.revoke_token("tok_one").await.unwrap());
         tx.commit().await.unwrap();
-        assert_eq!(
-            admit("node_d", "s_d", false).await.unwrap(),
-            Admission::Changed,
-            "{backend:?}"
-        );
-        assert_eq!(
-            admission_rows(&t.db, "node_d", "tok_one").await,
-            (false, 0, 1, 1, 1),
-            "{backend:?}"
-        );
+        let outcome = admit("node_d", "s_d", false).await;
+        after(outcome, changed, "node_d", "tok_one", (false, 0, 1, 1, 1)).await;
 
         // No use left: refused as such, nothing written.
         seed_token(&t.db, "tok_spent", 1).await;
@@ -2139,14 +2135,17 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
         let mut tx = t.db.begin().await.unwrap();
         tx.consume_token("tok_spent").await.unwrap();
         tx.commit().await.unwrap();
+        let no_uses_left = Some(Admission::NoUsesLeft);
         let outcome =
             admit_alone(t.db.begin().await.unwrap(), &spent, false, "node_e", "s_e").await;
-        assert_eq!(outcome.unwrap(), Admission::NoUsesLeft, "{backend:?}");
-        assert_eq!(
-            admission_rows(&t.db, "node_e", "tok_spent").await,
+        after(
+            outcome,
+            no_uses_left,
+            "node_e",
+            "tok_spent",
             (false, 0, 0, 1, 1),
-            "{backend:?}"
-        );
+        )
+        .await;
 
         // Gone since it was read: no use left, nothing written.
         let gone = TokenRow {
@@ -2154,12 +2153,14 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
             ..spent.clone()
         };
         let outcome = admit_alone(t.db.begin().await.unwrap(), &gone, false, "node_g", "s_g").await;
-        assert_eq!(outcome.unwrap(), Admission::NoUsesLeft, "{backend:?}");
-        assert_eq!(
-            admission_rows(&t.db, "node_g", "tok_spent").await,
+        after(
+            outcome,
+            no_uses_left,
+            "node_g",
+            "tok_spent",
             (false, 0, 0, 1, 1),
-            "{backend:?}"
-        );
+        )
+        .await;
 
         // Once a statement of the transaction was sent, never alone: refused, nothing sent.
         let mut tx = t.db.begin().await.unwrap();
@@ -2173,11 +2174,6 @@ async fn a_token_join_in_one_statement_writes_all_of_it_or_nothing() {
         seed_token(&t.db, "tok_last", 1).await;
         let last = read("tok_last").await;
         let outcome = admit_alone(t.db.begin().await.unwrap(), &last, false, "node_h", "s_h").await;
-        assert_eq!(outcome.unwrap(), Admission::Committed, "{backend:?}");
-        assert_eq!(
-            admission_rows(&t.db, "node_h", "tok_last").await,
-            (true, 1, 0, 2, 2),
-            "{backend:?}"
-        );
+        after(outcome, committed, "node_h", "tok_last", (true, 1, 0, 2, 2)).await;
     }
 }
