@@ -132,6 +132,16 @@ pub fn https_client(tls_ca_pem: &str) -> reqwest::Client {
     )
 }
 
+/// GETs `url` (with `key` as a bearer token, if any): the status and the body's text.
+pub async fn get_text(http: &reqwest::Client, url: &str, key: Option<&str>) -> (u16, String) {
+    let mut req = http.get(url);
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
+    }
+    let resp = req.send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
 /// A running host in a temporary directory.
 pub struct TestHost {
     /// Kept so the directory lives as long as the host.

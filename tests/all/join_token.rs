@@ -4,7 +4,7 @@ use gatehouse::store::{TokenExpect, TokenRole};
 use gatehouse_agent::{JoinClient, JoinError, JoinOptions, NodeKey, TokenProducer, join};
 use gatehouse_proto::{Claims, Role, TokenString};
 
-use crate::common::{Backend, TestHost, backends};
+use crate::common::{Backend, TestHost, backends, get_text};
 
 async fn join_once(
     host: &TestHost,
@@ -199,8 +199,8 @@ async fn each_refusal_reaches_the_agent_as_access_denied_with_its_reason_in_the_
 /// the token as read, and its spend waits on the row lock the revocation holds; the revocation
 /// commits, the spend returns the revoked row, the round runs again and the attestor refuses
 /// `revoked`. The spend is the one check between the attestor's read and the commit, so this is
-/// the rule it holds: no use spent, no node or certificate, no admission recorded. PostgreSQL
-/// only: SQLite's one writer leaves no room between the read and the spend.
+/// the rule it holds: no use spent, no node or certificate, no admission recorded. On
+/// PostgreSQL; SQLite's counterpart follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_revoked_mid_join_admits_nothing() {
     if !backends().contains(&Backend::Postgres) {
@@ -230,7 +230,13 @@ async fn a_token_revoked_mid_join_admits_nothing() {
     );
     let reasons = host.refusal_reasons().await;
     assert_eq!(reasons, ["revoked"]);
+    assert_nothing_admitted(&host, &token).await;
+    host.stop().await;
+}
 
+/// `token`, revoked, still has its one use, and no node, admission or `node.joined` event
+/// exists.
+async fn assert_nothing_admitted(host: &TestHost, token: &TokenString) {
     let mut read = host.running.db.read().await.unwrap();
     let row = read.read_token(&token.id).await.unwrap().unwrap();
     assert_eq!((row.revoked, row.uses_left), (true, 1), "a use was spent");
@@ -250,5 +256,55 @@ async fn a_token_revoked_mid_join_admits_nothing() {
         host.events().await.iter().all(|e| e.kind != "node.joined"),
         "an admission was recorded"
     );
+}
+
+/// How many times join-token's `verify` has run on `host`, from its metrics.
+async fn join_token_calls(host: &TestHost) -> u64 {
+    let url = format!("{}/metrics", host.url());
+    let (status, text) = get_text(&host.http(), &url, Some(&host.admin_key)).await;
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"gatehouse_attestor_call_seconds_count{attestor="join-token"} "#)
+        })
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// [`a_token_revoked_mid_join_admits_nothing`] on SQLite, where a join waits behind the one
+/// write connection rather than a row lock, and its locked phase is one query from its
+/// savepoint to its release: the revoke holds the connection while the join's attestor reads
+/// the token as it was; the join's write then finds the token changed and writes nothing, its
+/// round runs again (a second call), and it is refused as revoked. Nothing spent, made or
+/// recorded as admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_mid_join_admits_nothing_on_sqlite() {
+    let host = TestHost::start(Backend::Sqlite).await;
+    let token = host.create_token("node", 1).await;
+    let calls_before = join_token_calls(&host).await;
+
+    let mut revoking = host.running.db.begin().await.unwrap();
+    assert!(revoking.revoke_token(&token.id).await.unwrap());
+    let (joined, ()) = tokio::join!(
+        join_once(&host, &token, Role::Node, Claims::default()),
+        async {
+            // The attestor read the token, as it was, before the revoke commits.
+            while join_token_calls(&host).await == calls_before {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            revoking.commit().await.unwrap();
+        }
+    );
+    assert!(
+        matches!(joined, Err(JoinError::Denied)),
+        "{:?}",
+        joined.map(|j| j.node_id)
+    );
+    assert_eq!(host.refusal_reasons().await, ["revoked"]);
+    assert_eq!(
+        join_token_calls(&host).await,
+        calls_before + 2,
+        "the round ran again"
+    );
+    assert_nothing_admitted(&host, &token).await;
     host.stop().await;
 }

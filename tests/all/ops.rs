@@ -17,7 +17,7 @@ use x509_parser::prelude::FromDer as _;
 use x509_parser::revocation_list::CertificateRevocationList;
 
 use crate::common::{
-    Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres, https_client,
+    Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres, get_text, https_client,
 };
 
 fn hex_of(bytes: &[u8]) -> String {
@@ -449,15 +449,6 @@ async fn the_crl_lists_a_revoked_certificate_for_x509_parser_and_openssl() {
     }
 }
 
-async fn metrics_text(http: &reqwest::Client, url: &str, key: Option<&str>) -> (u16, String) {
-    let mut req = http.get(url);
-    if let Some(key) = key {
-        req = req.bearer_auth(key);
-    }
-    let resp = req.send().await.unwrap();
-    (resp.status().as_u16(), resp.text().await.unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_a_join_and_a_refusal_by_reason() {
     for backend in backends() {
@@ -486,9 +477,9 @@ async fn metrics_count_a_join_and_a_refusal_by_reason() {
         assert!(matches!(err, JoinError::Denied));
 
         let url = format!("{}/metrics", host.url());
-        let (status, _) = metrics_text(&host.http(), &url, None).await;
+        let (status, _) = get_text(&host.http(), &url, None).await;
         assert_eq!(status, 401, "the API's /metrics needs the admin key");
-        let (status, text) = metrics_text(&host.http(), &url, Some(&host.admin_key)).await;
+        let (status, text) = get_text(&host.http(), &url, Some(&host.admin_key)).await;
         assert_eq!(status, 200);
         assert!(
             text.contains(r#"gatehouse_joins_total{attestor="join-token",result="admitted"} 1"#),
@@ -534,7 +525,7 @@ async fn metrics_count_a_join_and_a_refusal_by_reason() {
         // The plain listener serves the same counters without the key, and health.
         let addr = host.running.observability.as_ref().unwrap().addr;
         let plain = reqwest::Client::new();
-        let (status, text) = metrics_text(&plain, &format!("http://{addr}/metrics"), None).await;
+        let (status, text) = get_text(&plain, &format!("http://{addr}/metrics"), None).await;
         assert_eq!(status, 200);
         assert!(text.contains(r#"reason="bad-secret"} 1"#), "{text}");
         assert!(
@@ -544,9 +535,9 @@ async fn metrics_count_a_join_and_a_refusal_by_reason() {
             "{text}"
         );
         assert!(!text.contains("made-up"), "{text}");
-        let (status, _) = metrics_text(&plain, &format!("http://{addr}/healthz"), None).await;
+        let (status, _) = get_text(&plain, &format!("http://{addr}/healthz"), None).await;
         assert_eq!(status, 200);
-        let (status, body) = metrics_text(&plain, &format!("http://{addr}/readyz"), None).await;
+        let (status, body) = get_text(&plain, &format!("http://{addr}/readyz"), None).await;
         assert_eq!(status, 200, "{body}");
         let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(ready["ready"], true);
