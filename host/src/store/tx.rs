@@ -110,23 +110,10 @@ impl PendingRollback {
     }
 
     /// Rolls the abandoned transaction back; whether the connection is clean.
-    ///
-    /// A batch member dropped while the query ending with its release ran (its client hung
-    /// up, its request timed out) may find its savepoint gone: the release ran, and its
-    /// writes, whole, are now the batch's, which cannot drop them without dropping every
-    /// other member's too. So they stay and commit with the batch, unanswered (as a
-    /// PostgreSQL statement in autocommit that completes after its caller left), rather than
-    /// failing the batch's other members ([`GroupCommit::adopt_released`]).
     async fn roll_back(&mut self) -> bool {
-        let Some(group) = &self.group else {
-            return self.conn.execute("ROLLBACK").await.is_ok();
-        };
-        match self.conn.execute(group::ROLLBACK_MEMBER).await {
-            Ok(_) => group.after_rollback(&mut self.conn).await,
-            Err(e) if self.maybe_released && group::savepoint_gone(&e) => {
-                group.adopt_released(&mut self.conn).await
-            }
-            Err(e) => group.abort(&mut self.conn, &e.to_string()).await,
+        match &self.group {
+            None => self.conn.execute("ROLLBACK").await.is_ok(),
+            Some(group) => member_rolled_back(group, &mut self.conn, self.maybe_released).await,
         }
     }
 }
@@ -144,9 +131,21 @@ impl Drop for PendingRollback {
 
 /// Rolls back a batch member's savepoint, or the whole batch if that fails; whether the
 /// connection is clean.
-async fn member_rolled_back(group: &GroupCommit, conn: &mut AnyConnection) -> bool {
+///
+/// `maybe_released`: the member was dropped while the query ending with its release ran (its
+/// client hung up, its request timed out), so its savepoint may be gone because the release
+/// ran, and its writes, whole, are now the batch's, which cannot drop them without dropping
+/// every other member's too. So they stay and commit with the batch, unanswered (as a
+/// PostgreSQL statement in autocommit that completes after its caller left), rather than
+/// failing the batch's other members ([`GroupCommit::adopt_released`]).
+async fn member_rolled_back(
+    group: &Arc<GroupCommit>,
+    conn: &mut AnyConnection,
+    maybe_released: bool,
+) -> bool {
     match conn.execute(group::ROLLBACK_MEMBER).await {
         Ok(_) => group.after_rollback(conn).await,
+        Err(e) if maybe_released && group::savepoint_gone(&e) => group.adopt_released(conn).await,
         Err(e) => group.abort(conn, &e.to_string()).await,
     }
 }
@@ -320,7 +319,8 @@ impl Tx {
             return self.end("ROLLBACK").await;
         };
         // Unfinished on failure: dropped, the connection is closed (and the batch with it).
-        if member_rolled_back(&group, self.conn()?).await {
+        // Never after a release: a member that released is finished, or dropped.
+        if member_rolled_back(&group, self.conn()?, false).await {
             self.finished = true;
             Ok(())
         } else {
