@@ -13,7 +13,9 @@
 //!   limits they are measured against ([`limits`]): the crypto a join needs and the
 //!   database's statements alone. Beside the process's CPU, the whole machine's
 //!   (`machine_cpu_ms_per_join`, and `machine_busy`, the share of its cores busy) and a
-//!   PostgreSQL server's on this machine (`db_server_cpu_ms_per_join`): see [`cpu`].
+//!   PostgreSQL server's on this machine (`db_server_cpu_ms_per_join`): see [`cpu`]. And
+//!   `calls_on_own_thread`: the share of the run's join-token calls that paid for the hand-off
+//!   to the attestor's own thread (`gatehouse::runtime` moves only calls that kept the CPU).
 //! - `attestor_call_us_wasm` / `_native` and `wasm_over_native`, and where the component
 //!   call's time goes (`attestor_call_us_wasm_breakdown`): see [`attestor_call`].
 //!   `slot_reset_in_place` says whether this kernel let the pooling allocator reset a reused
@@ -490,6 +492,10 @@ struct Run {
     machine_cpu_per_join: Option<Duration>,
     /// The share of all the machine's CPUs busy during the run.
     machine_busy: Option<f64>,
+    /// The share of the run's join-token calls that ran on the attestor's own thread rather
+    /// than their join's (`gatehouse_attestor_calls_on_own_thread_total`): near zero unless
+    /// honest calls are taken for spinning ones and pay for the hand-off.
+    calls_on_own_thread: f64,
 }
 
 impl Run {
@@ -523,6 +529,7 @@ impl Run {
         if let Some(busy) = self.machine_busy {
             run["machine_busy"] = round2(busy).into();
         }
+        run["calls_on_own_thread"] = round2(self.calls_on_own_thread).into();
         run
     }
 }
@@ -649,12 +656,14 @@ async fn joins_per_second(
     warmed.wait().await;
     let (cpu_before, agents_before) = (cpu::process(), cpu::threads(AGENT_THREADS));
     let (server_before, machine_before) = (server_now(), cpu::machine());
+    let calls_before = JoinTokenCalls::of(&running);
     let started = Instant::now();
     let mut ended = Vec::with_capacity(agents);
     for task in tasks {
         ended.push(task.await);
     }
     let elapsed = started.elapsed().max(Duration::from_millis(1));
+    let calls = JoinTokenCalls::of(&running).since(calls_before);
     let cpu = cpu::process().saturating_sub(cpu_before);
     let agents_cpu = cpu::threads(AGENT_THREADS).saturating_sub(agents_before);
     let server_cpu = server_before
@@ -695,7 +704,39 @@ async fn joins_per_second(
         machine_cpu_per_join: machine.map(|(busy, _)| busy / per_join),
         machine_busy: machine
             .map(|(busy, cpus)| busy.as_secs_f64() / (elapsed.as_secs_f64() * f64::from(cpus))),
+        calls_on_own_thread: calls.on_own_thread as f64 / calls.all.max(1) as f64,
     })
+}
+
+/// join-token's calls so far, and those of them that ran on its own thread, from the host's
+/// metrics (what an operator's scrape reads).
+#[derive(Clone, Copy)]
+struct JoinTokenCalls {
+    all: u64,
+    on_own_thread: u64,
+}
+
+impl JoinTokenCalls {
+    fn of(running: &app::Running) -> Self {
+        let text = running.join.metrics().encode(0);
+        let count = |name: &str| {
+            let prefix = format!("{name}{{attestor=\"join-token\"}} ");
+            text.lines()
+                .find_map(|line| line.strip_prefix(&prefix)?.parse().ok())
+                .unwrap_or(0)
+        };
+        Self {
+            all: count("gatehouse_attestor_call_seconds_count"),
+            on_own_thread: count("gatehouse_attestor_calls_on_own_thread_total"),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            all: self.all.saturating_sub(before.all),
+            on_own_thread: self.on_own_thread.saturating_sub(before.on_own_thread),
+        }
+    }
 }
 
 /// Whether a PostgreSQL URL names this machine: a loopback address, `localhost`, or a Unix

@@ -9,6 +9,7 @@
 //! | `gatehouse_join_duration_seconds` | `attestor` | one join round, CSR to answer (histogram) |
 //! | `gatehouse_renew_duration_seconds` | | one renewal (histogram) |
 //! | `gatehouse_attestor_call_seconds` | `attestor` | one call of an attestor's `verify` (histogram) |
+//! | `gatehouse_attestor_calls_on_own_thread_total` | `attestor` | calls that ran on the attestor's own thread: they kept the CPU for an epoch tick and moved there, or started there while the attestor was demoted (`runtime::guest`); an honest attestor's stay near zero |
 //! | `gatehouse_db_begin_wait_seconds` | | how long JoinService waited for a write transaction: the pool and, on SQLite, the write lock (histogram) |
 //! | `gatehouse_sink_dropped_total` | | refusals the `[audit.sink]` dropped because its queue was full |
 //!
@@ -92,6 +93,7 @@ pub struct Metrics {
     join_seconds: Family<AttestorLabels, Histogram, fn() -> Histogram>,
     renew_seconds: Histogram,
     attestor_call_seconds: Family<AttestorLabels, Histogram, fn() -> Histogram>,
+    attestor_calls_on_own_thread: Family<AttestorLabels, Counter>,
     db_begin_wait_seconds: Histogram,
     sink_dropped: Counter,
     /// The `(attestor, reason)` pairs counted by name so far.
@@ -126,6 +128,7 @@ impl Metrics {
             Family::<AttestorLabels, Histogram, fn() -> Histogram>::new_with_constructor(
                 seconds_histogram,
             );
+        let attestor_calls_on_own_thread = Family::<AttestorLabels, Counter>::default();
         let db_begin_wait_seconds = seconds_histogram();
         let sink_dropped = Counter::default();
         registry.register(
@@ -159,6 +162,12 @@ impl Metrics {
             attestor_call_seconds.clone(),
         );
         registry.register(
+            "gatehouse_attestor_calls_on_own_thread",
+            "Attestor calls that ran on the attestor's own thread (moved after keeping the CPU \
+             for an epoch tick, or started there while the attestor was demoted)",
+            attestor_calls_on_own_thread.clone(),
+        );
+        registry.register(
             "gatehouse_db_begin_wait_seconds",
             "Time JoinService waited for a write transaction (the pool, SQLite's write lock)",
             db_begin_wait_seconds.clone(),
@@ -176,6 +185,7 @@ impl Metrics {
             join_seconds,
             renew_seconds,
             attestor_call_seconds,
+            attestor_calls_on_own_thread,
             db_begin_wait_seconds,
             sink_dropped,
             reasons: Mutex::new(HashSet::new()),
@@ -242,13 +252,19 @@ impl Metrics {
         }
     }
 
-    /// Observes one call of an attestor.
-    pub fn attestor_call(&self, attestor: &str, elapsed: Duration) {
+    /// Observes one call of an attestor, and counts it if it ran on the attestor's own thread
+    /// (the count is shown from the attestor's first call, at zero until one does).
+    pub fn attestor_call(&self, attestor: &str, elapsed: Duration, on_own_thread: bool) {
+        let labels = AttestorLabels {
+            attestor: attestor.to_owned(),
+        };
         self.attestor_call_seconds
-            .get_or_create(&AttestorLabels {
-                attestor: attestor.to_owned(),
-            })
+            .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+        let own = self.attestor_calls_on_own_thread.get_or_create(&labels);
+        if on_own_thread {
+            own.inc();
+        }
     }
 
     /// Observes one wait for a write transaction.
@@ -312,11 +328,20 @@ mod tests {
     fn histograms_observe() {
         let m = Metrics::new();
         m.round_duration(Op::Join, "tpm", Duration::from_millis(3));
-        m.attestor_call("tpm", Duration::from_micros(50));
+        m.attestor_call("tpm", Duration::from_micros(50), false);
+        m.attestor_call("join-token", Duration::from_micros(9), false);
+        m.attestor_call("tpm", Duration::from_millis(4), true);
         m.db_begin_wait(Duration::from_millis(1));
         let text = m.encode(0);
         assert!(text.contains(r#"gatehouse_join_duration_seconds_count{attestor="tpm"} 1"#));
-        assert!(text.contains(r#"gatehouse_attestor_call_seconds_count{attestor="tpm"} 1"#));
+        assert!(text.contains(r#"gatehouse_attestor_call_seconds_count{attestor="tpm"} 2"#));
+        // Shown at zero from an attestor's first call.
+        assert!(text.contains(r#"gatehouse_attestor_calls_on_own_thread_total{attestor="tpm"} 1"#));
+        assert!(
+            text.contains(
+                r#"gatehouse_attestor_calls_on_own_thread_total{attestor="join-token"} 0"#
+            )
+        );
         assert!(text.contains("gatehouse_db_begin_wait_seconds_count 1"));
     }
 }

@@ -571,6 +571,18 @@ impl TestHost {
         rows
     }
 
+    /// One attestor's value of a metric (`name{attestor="…"}`) on the admin API's `/metrics`;
+    /// 0 while the attestor has none.
+    pub async fn attestor_metric(&self, name: &str, attestor: &str) -> u64 {
+        let url = format!("{}/metrics", self.url());
+        let (status, text) = get_text(&self.http(), &url, Some(&self.admin_key)).await;
+        assert_eq!(status, 200, "{text}");
+        let prefix = format!("{name}{{attestor=\"{attestor}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    }
+
     /// Refusal reasons recorded in events, in order.
     pub async fn refusal_reasons(&self) -> Vec<String> {
         self.events()

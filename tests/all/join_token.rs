@@ -4,7 +4,7 @@ use gatehouse::store::{TokenExpect, TokenRole};
 use gatehouse_agent::{JoinClient, JoinError, JoinOptions, NodeKey, TokenProducer, join};
 use gatehouse_proto::{Claims, Role, TokenString};
 
-use crate::common::{Backend, TestHost, backends, get_text};
+use crate::common::{Backend, TestHost, backends};
 
 async fn join_once(
     host: &TestHost,
@@ -260,14 +260,8 @@ async fn assert_nothing_admitted(host: &TestHost, token: &TokenString) {
 
 /// How many times join-token's `verify` has run on `host`, from its metrics.
 async fn join_token_calls(host: &TestHost) -> u64 {
-    let url = format!("{}/metrics", host.url());
-    let (status, text) = get_text(&host.http(), &url, Some(&host.admin_key)).await;
-    assert_eq!(status, 200, "{text}");
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(r#"gatehouse_attestor_call_seconds_count{attestor="join-token"} "#)
-        })
-        .map_or(0, |n| n.trim().parse().unwrap())
+    host.attestor_metric("gatehouse_attestor_call_seconds_count", "join-token")
+        .await
 }
 
 /// [`a_token_revoked_mid_join_admits_nothing`] on SQLite, where a join waits behind the one

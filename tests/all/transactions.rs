@@ -264,6 +264,12 @@ async fn hostile_joins_refuse_only_themselves(backend: Backend) {
     // above); on PostgreSQL under heavy load (token joins' p99 2-3 s on the 2-core box) 1 to 4
     // rows more than answers were once seen, not explained yet (README, "Rule 13 measured");
     // every row is one of the two hostile reasons.
+    // The looping attestor's calls ran on its own thread. join-token's, on the same two cores
+    // beside them, never did: a call moves only once it has kept the CPU for an epoch tick,
+    // which an honest call that the operating system preempted across a tick has not.
+    let on_own_thread = "gatehouse_attestor_calls_on_own_thread_total";
+    assert!(host.attestor_metric(on_own_thread, "loop-forever").await > 0);
+    assert_eq!(host.attestor_metric(on_own_thread, "join-token").await, 0);
     let reasons = host.refusal_reasons().await;
     println!(
         "rule 13 {backend:?}: {} refusal rows for {hostile_answers} hostile answers",

@@ -366,7 +366,8 @@ impl JoinService {
                 .verify(&round.attestor, session, &wit_request)
                 .await;
             round.elapsed += call.elapsed;
-            self.metrics.attestor_call(&round.attestor, call.elapsed);
+            self.metrics
+                .attestor_call(&round.attestor, call.elapsed, call.phases.on_own_thread);
             let outcome = match call.result {
                 Ok(outcome) => outcome,
                 // The host's storage failed, not the machine: answered 503 retryable, never

@@ -70,6 +70,9 @@ pub struct CallPhases {
     pub queued: Duration,
     /// A fresh store and instance (before `verify` is entered).
     pub instantiate: Duration,
+    /// The call ran on its attestor's thread: it moved there, or started there while the
+    /// attestor was demoted (see [`super::guest`]).
+    pub on_own_thread: bool,
 }
 
 impl<B> CallOutcome<B> {
@@ -109,18 +112,20 @@ pub(super) async fn verify<B: TxBackend>(
     state.prepared = Prepared::Kept(config.prepared.clone());
     let mut store = Store::new(pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
-    // Check the deadline every epoch tick and yield to the executor each tick, so a spinning
-    // guest does not hold a thread (see `GuestClock`); the first yield also moves the call to
-    // its attestor's thread (`super::guest`).
+    // Check the deadline every epoch tick and yield to the executor once the guest has used
+    // the CPU for a tick, so a spinning guest does not hold a thread (see `GuestClock`); the
+    // first yield also moves the call to its attestor's thread (`super::guest`).
     store.set_epoch_deadline(1);
-    let resumed = ResumeMark::default();
+    let meter = CallMeter::default();
     let mut clock = GuestClock::new(started, deadline);
-    let mark = resumed.clone();
+    let at_tick = meter.clone();
     store.epoch_deadline_callback(move |cx| {
+        let (resumed, cpu) = at_tick.at_tick();
         Ok(
-            match clock.tick(Instant::now(), cx.data().host_time, mark.take()) {
+            match clock.tick(Instant::now(), cx.data().host_time, resumed, cpu) {
                 Tick::Resumed | Tick::Running => UpdateDeadline::Continue(1),
                 Tick::Yield => {
+                    at_tick.stop();
                     yielded.raise();
                     UpdateDeadline::Yield(1)
                 }
@@ -145,11 +150,13 @@ pub(super) async fn verify<B: TxBackend>(
                 .map(|(outcome,)| outcome)
         };
         // Each poll is the executor giving the call its thread; the first after a yield ends
-        // the call's wait in the queue.
+        // the call's wait in the queue. Once the meter runs, each poll's CPU is counted.
         let mut call = std::pin::pin!(call);
         let call = std::future::poll_fn(|cx| {
-            resumed.note(Instant::now());
-            call.as_mut().poll(cx)
+            meter.poll_begins(Instant::now());
+            let polled = call.as_mut().poll(cx);
+            meter.poll_ends();
+            polled
         });
         tokio::time::timeout(deadline + WALL_BACKSTOP, call).await
     };
@@ -161,6 +168,7 @@ pub(super) async fn verify<B: TxBackend>(
     let phases = CallPhases {
         queued: Duration::ZERO,
         instantiate: instantiated.unwrap_or(elapsed),
+        on_own_thread: false,
     };
     let out_of_memory = store.data().limiter.denied();
     let storage_failed = |state: &CallState<B>| {
@@ -238,43 +246,30 @@ struct GuestClock {
     deadline: Duration,
     queued: Duration,
     yielded_at: Option<Instant>,
-    /// Guest execution when the call started or last resumed.
-    slice_from: Duration,
 }
+
+/// The CPU a call must have used since the first tick it crossed (or since it resumed) for a
+/// later tick to yield it. Between two ticks a guest that spins gets a tick of wall time, and
+/// half of it in CPU unless the machine starves it; an honest call uses tens of microseconds.
+const YIELD_AFTER_CPU: Duration = Duration::from_micros(EPOCH_TICK.as_micros() as u64 / 2);
 
 /// What a call does at an epoch tick.
 #[derive(Debug, PartialEq, Eq)]
 enum Tick {
-    /// The call just resumed after a yield: it runs a full tick before it yields again, or a
-    /// congested executor would resume every call only to yield it at once, and none would
-    /// progress.
+    /// The call just resumed after a yield: it runs until it has used [`YIELD_AFTER_CPU`]
+    /// again before it yields, or a congested executor would resume every call only to yield
+    /// it at once, and none would progress.
     Resumed,
-    /// The guest has run less than a tick of its own since it started or resumed (the tick
-    /// came while it awaited a host import, or just after it started): it runs on. So only a
-    /// call that used the CPU for a whole tick yields, and so moves to its attestor's thread
-    /// (`super::guest`); an honest call a tick happens to cross does not.
+    /// The guest has not used [`YIELD_AFTER_CPU`] since its meter started (this is the first
+    /// tick it crossed, or the tick came while it awaited a host import or while the operating
+    /// system had its thread off the CPU): it runs on. So only a call that kept the CPU
+    /// yields, and so moves to its attestor's thread (`super::guest`); an honest call a tick
+    /// happens to cross, or that was preempted across one, does not.
     Running,
     /// Yield to the executor, so a spinning guest does not hold the attestor's thread.
     Yield,
     /// The guest has run past its deadline.
     Expired,
-}
-
-/// When a call was first polled after its last yield: the end of its wait for the thread.
-/// Shared between the call's future, which notes each poll, and the epoch callback, which
-/// takes the mark at each tick.
-#[derive(Clone, Default)]
-struct ResumeMark(Arc<Mutex<Option<Instant>>>);
-
-impl ResumeMark {
-    fn note(&self, now: Instant) {
-        let mut mark = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        mark.get_or_insert(now);
-    }
-
-    fn take(&self) -> Option<Instant> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
-    }
 }
 
 impl GuestClock {
@@ -284,26 +279,31 @@ impl GuestClock {
             deadline,
             queued: Duration::ZERO,
             yielded_at: None,
-            slice_from: Duration::ZERO,
         }
     }
 
-    /// The tick at `now`, given the call's time in host imports so far and when the call was
-    /// first polled since its last yield.
-    fn tick(&mut self, now: Instant, host_time: Duration, resumed: Option<Instant>) -> Tick {
-        if let Some(at) = self.yielded_at.take() {
+    /// The tick at `now`, given the call's time in host imports so far, when the call was
+    /// first polled since its last yield, and the CPU its polls used since its meter started
+    /// (`None`: the meter starts at this tick; see [`CallMeter`]).
+    fn tick(
+        &mut self,
+        now: Instant,
+        host_time: Duration,
+        resumed: Option<Instant>,
+        cpu: Option<Duration>,
+    ) -> Tick {
+        let resuming = self.yielded_at.take().map(|at| {
             self.queued += resumed.unwrap_or(now).saturating_duration_since(at);
-            self.slice_from = self.guest(now, host_time);
-            return Tick::Resumed;
-        }
-        let guest = self.guest(now, host_time);
-        if guest >= self.deadline {
+        });
+        if self.guest(now, host_time) >= self.deadline {
             Tick::Expired
-        } else if guest.saturating_sub(self.slice_from) < EPOCH_TICK {
-            Tick::Running
-        } else {
+        } else if resuming.is_some() {
+            Tick::Resumed
+        } else if cpu.is_some_and(|cpu| cpu >= YIELD_AFTER_CPU) {
             self.yielded_at = Some(now);
             Tick::Yield
+        } else {
+            Tick::Running
         }
     }
 
@@ -313,6 +313,85 @@ impl GuestClock {
             .saturating_sub(host_time)
             .saturating_sub(self.queued)
     }
+}
+
+/// What a call's polls tell its epoch callback: when the call was first polled since its last
+/// yield (the end of its wait for a thread), and, once a tick has started the meter, the CPU
+/// its polls have used since, read from the polling thread's CPU clock at each poll's start and
+/// end. Wall time cannot tell a guest that spins from one whose thread the operating system
+/// took away for a while: on a busy machine an honest join-token call, tens of microseconds of
+/// work, was preempted across a 2 ms tick now and then, moved, and demoted its attestor to the
+/// hand-off for a second each time (issue 14). The clock is read only once a call has crossed
+/// a tick (two system calls a poll), so the calls that end between ticks never pay for it.
+#[derive(Clone, Default)]
+struct CallMeter(Arc<Mutex<Meter>>);
+
+#[derive(Default)]
+struct Meter {
+    resumed: Option<Instant>,
+    /// None until a tick starts the meter, and again after a yield.
+    cpu: Option<PollsCpu>,
+}
+
+struct PollsCpu {
+    /// The CPU of the polls that ended since the meter started.
+    ended: Duration,
+    /// The polling thread's CPU clock when the current poll began (or the meter started).
+    poll_from: Option<Duration>,
+}
+
+impl CallMeter {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Meter> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn poll_begins(&self, now: Instant) {
+        let mut meter = self.lock();
+        meter.resumed.get_or_insert(now);
+        if let Some(cpu) = &mut meter.cpu {
+            cpu.poll_from = Some(thread_cpu());
+        }
+    }
+
+    fn poll_ends(&self) {
+        if let Some(cpu) = &mut self.lock().cpu
+            && let Some(from) = cpu.poll_from.take()
+        {
+            cpu.ended += thread_cpu().saturating_sub(from);
+        }
+    }
+
+    /// At an epoch tick (inside a poll): when the call resumed, if it did since the last
+    /// tick, and the CPU used since the meter started, or `None` having started it now.
+    fn at_tick(&self) -> (Option<Instant>, Option<Duration>) {
+        let mut meter = self.lock();
+        let now = thread_cpu();
+        let used = match &mut meter.cpu {
+            Some(cpu) => Some(cpu.ended + now.saturating_sub(cpu.poll_from.unwrap_or(now))),
+            None => {
+                meter.cpu = Some(PollsCpu {
+                    ended: Duration::ZERO,
+                    poll_from: Some(now),
+                });
+                None
+            }
+        };
+        (meter.resumed.take(), used)
+    }
+
+    /// The call yielded: its meter starts again at the first tick after it resumes.
+    fn stop(&self) {
+        self.lock().cpu = None;
+    }
+}
+
+/// The CPU time the calling thread has used.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Whether `s` is a stable code: 1 to 64 bytes of lowercase ASCII letters, digits and single
@@ -462,54 +541,82 @@ mod tests {
         let ms = Duration::from_millis;
         let t0 = Instant::now();
         let mut clock = GuestClock::new(t0, ms(250));
-        // The guest runs 2 ms and yields, waits 1 s for its thread, runs 2 ms: the wait is
-        // not charged.
-        assert_eq!(clock.tick(t0 + ms(2), ms(0), Some(t0)), Tick::Yield);
+        // The guest crosses a tick (its meter starts), spins 2 ms of CPU and yields, waits 1 s
+        // for its thread, runs 2 ms: the wait is not charged.
+        assert_eq!(clock.tick(t0 + ms(1), ms(0), Some(t0), None), Tick::Running);
         assert_eq!(
-            clock.tick(t0 + ms(1004), ms(0), Some(t0 + ms(1002))),
+            clock.tick(t0 + ms(3), ms(0), None, Some(ms(2))),
+            Tick::Yield
+        );
+        assert_eq!(
+            clock.tick(t0 + ms(1005), ms(0), Some(t0 + ms(1003)), None),
             Tick::Resumed
         );
-        assert_eq!(clock.guest(t0 + ms(1004), ms(0)), ms(4));
+        assert_eq!(clock.guest(t0 + ms(1005), ms(0)), ms(5));
         // It runs 2 ms more, yields; 600 ms in host imports is not charged either.
-        assert_eq!(clock.tick(t0 + ms(1006), ms(0), None), Tick::Yield);
         assert_eq!(
-            clock.tick(t0 + ms(1608), ms(600), Some(t0 + ms(1006))),
+            clock.tick(t0 + ms(1007), ms(0), None, Some(ms(2))),
+            Tick::Yield
+        );
+        assert_eq!(
+            clock.tick(t0 + ms(1609), ms(600), Some(t0 + ms(1007)), None),
             Tick::Resumed
         );
-        assert_eq!(clock.guest(t0 + ms(1608), ms(600)), ms(8));
+        assert_eq!(clock.guest(t0 + ms(1609), ms(600)), ms(9));
         // Spinning on with no wait, it expires once 250 ms of its own have passed.
-        assert_eq!(clock.tick(t0 + ms(1700), ms(600), None), Tick::Yield);
         assert_eq!(
-            clock.tick(t0 + ms(1702), ms(600), Some(t0 + ms(1700))),
+            clock.tick(t0 + ms(1611), ms(600), None, Some(ms(2))),
+            Tick::Yield
+        );
+        assert_eq!(
+            clock.tick(t0 + ms(1613), ms(600), Some(t0 + ms(1611)), None),
             Tick::Resumed
         );
-        assert_eq!(clock.tick(t0 + ms(1849), ms(600), None), Tick::Yield);
         assert_eq!(
-            clock.tick(t0 + ms(1851), ms(600), Some(t0 + ms(1849))),
-            Tick::Resumed
+            clock.tick(t0 + ms(1849), ms(600), None, Some(ms(236))),
+            Tick::Yield
         );
-        assert_eq!(clock.tick(t0 + ms(1852), ms(600), None), Tick::Expired);
+        // The tick that resumes it finds its 250 ms spent: it expires there.
+        assert_eq!(
+            clock.tick(t0 + ms(1851), ms(600), Some(t0 + ms(1849)), None),
+            Tick::Expired
+        );
     }
 
     #[test]
-    fn only_a_whole_tick_of_guest_execution_yields() {
+    fn only_a_call_that_kept_the_cpu_yields() {
         let (ms, us) = (Duration::from_millis, Duration::from_micros);
         let t0 = Instant::now();
         let mut clock = GuestClock::new(t0, ms(250));
-        // A tick 50 µs into a call: it runs on.
-        assert_eq!(clock.tick(t0 + us(50), ms(0), None), Tick::Running);
-        // A tick after 3 ms of which 2.9 ms awaited the database: it runs on.
-        assert_eq!(clock.tick(t0 + ms(3), us(2_900), None), Tick::Running);
-        // Once 2 ms of its own have run, it yields.
-        assert_eq!(clock.tick(t0 + ms(5), us(2_900), None), Tick::Yield);
-        // Resumed at once, it runs on for a tick of its own again.
+        // The first tick a call crosses starts its meter and lets it run on, though 3 ms of
+        // wall time passed without a host import: its thread was preempted.
+        assert_eq!(clock.tick(t0 + ms(3), ms(0), Some(t0), None), Tick::Running);
+        // Preempted across another tick, having used 30 µs of CPU since: it runs on.
         assert_eq!(
-            clock.tick(t0 + ms(5) + us(10), us(2_900), Some(t0 + ms(5))),
+            clock.tick(t0 + ms(8), ms(0), None, Some(us(30))),
+            Tick::Running
+        );
+        // A tick while it awaited the database: it runs on.
+        assert_eq!(
+            clock.tick(t0 + ms(12), ms(4), None, Some(us(40))),
+            Tick::Running
+        );
+        // Once it has kept the CPU for half a tick since its meter started, it yields.
+        assert_eq!(
+            clock.tick(t0 + ms(14), ms(4), None, Some(ms(1))),
+            Tick::Yield
+        );
+        // Resumed at once, it runs on until it has used half a tick again.
+        assert_eq!(
+            clock.tick(t0 + ms(14) + us(10), ms(4), Some(t0 + ms(14)), None),
             Tick::Resumed
         );
-        assert_eq!(clock.tick(t0 + ms(6), us(2_900), None), Tick::Running);
         assert_eq!(
-            clock.tick(t0 + ms(7) + us(20), us(2_900), None),
+            clock.tick(t0 + ms(15), ms(4), None, Some(us(900))),
+            Tick::Running
+        );
+        assert_eq!(
+            clock.tick(t0 + ms(16), ms(4), None, Some(us(1_900))),
             Tick::Yield
         );
     }
@@ -522,26 +629,74 @@ mod tests {
         let t0 = Instant::now();
         let mut clock = GuestClock::new(t0, ms(250));
         let mut now = t0;
+        let mut metered = false;
         loop {
             let yielded = now;
             now += ms(2);
-            match clock.tick(now, ms(0), Some(yielded)) {
+            let cpu = std::mem::replace(&mut metered, true).then_some(ms(2));
+            match clock.tick(now, ms(0), Some(yielded), cpu) {
                 Tick::Expired => break,
-                Tick::Yield | Tick::Resumed | Tick::Running => {}
+                Tick::Yield => metered = false,
+                Tick::Resumed | Tick::Running => {}
             }
             assert!(now - t0 < ms(300), "still running at {:?}", now - t0);
         }
         assert_eq!(now - t0, ms(250));
     }
 
+    /// Spins until the calling thread has used `cpu` more of the CPU.
+    fn spin(cpu: Duration) {
+        let from = thread_cpu();
+        while thread_cpu() - from < cpu {
+            std::hint::spin_loop();
+        }
+    }
+
     #[test]
-    fn resume_marks_keep_the_first_poll_after_a_yield() {
+    fn the_meter_counts_the_polls_cpu_not_the_time_off_it() {
+        let ms = Duration::from_millis;
+        let meter = CallMeter::default();
+        meter.poll_begins(Instant::now());
+        // Not metered until a tick starts it.
+        assert_eq!(meter.at_tick().1, None);
+        // Off the CPU (as a preempted thread is) for 30 ms: not counted.
+        std::thread::sleep(ms(30));
+        let (_, slept) = meter.at_tick();
+        assert!(slept.unwrap() < ms(5), "{slept:?}");
+        spin(ms(3));
+        let (_, spun) = meter.at_tick();
+        assert!(spun.unwrap() >= ms(3), "{spun:?}");
+        meter.poll_ends();
+        // Between polls the thread's other work is not the call's; the next poll, on another
+        // thread, adds to what the earlier ones used.
+        spin(ms(20));
+        let on = meter.clone();
+        let used = std::thread::spawn(move || {
+            on.poll_begins(Instant::now());
+            spin(ms(2));
+            let (_, used) = on.at_tick();
+            on.poll_ends();
+            used
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        assert!(used >= ms(5) && used < ms(15), "{used:?}");
+        // A yield stops it; the first tick after the resume starts it again.
+        meter.stop();
+        meter.poll_begins(Instant::now());
+        assert_eq!(meter.at_tick().1, None);
+    }
+
+    #[test]
+    fn the_meter_keeps_the_first_poll_after_a_yield() {
         let t0 = Instant::now();
-        let mark = ResumeMark::default();
-        mark.note(t0);
-        mark.note(t0 + Duration::from_millis(5));
-        assert_eq!(mark.take(), Some(t0));
-        assert_eq!(mark.take(), None);
+        let meter = CallMeter::default();
+        meter.poll_begins(t0);
+        meter.poll_ends();
+        meter.poll_begins(t0 + Duration::from_millis(5));
+        assert_eq!(meter.at_tick().0, Some(t0));
+        assert_eq!(meter.at_tick().0, None);
     }
 
     #[test]

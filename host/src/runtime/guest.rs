@@ -5,9 +5,10 @@
 //! thread and its result back cost two thread wake-ups, about as much again as the call itself
 //! (issue 14). Running every call on the host's threads instead let hostile guests take the
 //! host's cores by turns (rule 13's ratios were 1.9× to 11×). So a call starts where its join
-//! runs, and the first time its epoch callback yields (the guest used the CPU for a whole tick:
-//! it is not a quick call) it moves, as it stands, to its attestor's thread and ends there. A
-//! call costs the host's threads at most one tick of guest execution, and an attestor whose
+//! runs, and the first time its epoch callback yields (the guest kept the CPU for a tick, by
+//! the polling threads' CPU clocks: it is not a quick call) it moves, as it stands, to its
+//! attestor's thread and ends there. A call costs the host's threads about two ticks of CPU at
+//! most (`super::call::CallMeter`), and an attestor whose
 //! calls move or fail has its calls start on its own thread for a while ([`DEMOTION`]), so a
 //! hostile one gets no more than a tick of the host's threads now and then, not one a call.
 
@@ -41,7 +42,7 @@ pub(super) struct GuestThread {
 /// failed. Honest calls neither move nor fail, so never pay for the hand-off.
 const DEMOTION: Duration = Duration::from_secs(1);
 
-/// Raised by a call's epoch callback when it yields: the guest ran a whole tick.
+/// Raised by a call's epoch callback when it yields: the guest kept the CPU for a tick.
 #[derive(Clone, Default)]
 pub(super) struct TickYield(Arc<AtomicBool>);
 
@@ -61,6 +62,8 @@ pub(super) struct Ran<T> {
     /// From the call's hand-off to the attestor's thread until that thread first ran it; zero
     /// for a call that ended where it started.
     pub queued: Duration,
+    /// It ran on the attestor's thread (it moved there, or started there while demoted).
+    pub on_own_thread: bool,
 }
 
 type BoxedCall<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -81,8 +84,8 @@ impl GuestThread {
         })
     }
 
-    /// Calls start on this thread for the next [`DEMOTION`]: one of them ran a whole tick, or
-    /// failed (trapped, timed out, ran out of memory, broke the ABI's rules).
+    /// Calls start on this thread for the next [`DEMOTION`]: one of them kept the CPU for a
+    /// tick, or failed (trapped, timed out, ran out of memory, broke the ABI's rules).
     pub(super) fn demote(&self) {
         let until = self.since_born() + DEMOTION.as_millis() as u64;
         self.demoted_until.fetch_max(until, Ordering::Relaxed);
@@ -119,6 +122,7 @@ impl GuestThread {
                 return Ok(Ran {
                     output,
                     queued: Duration::ZERO,
+                    on_own_thread: false,
                 });
             }
             Step::Move(call) => call,
@@ -138,6 +142,7 @@ impl GuestThread {
             Ran {
                 output: call.await,
                 queued,
+                on_own_thread: true,
             }
         })
         .await
@@ -198,7 +203,8 @@ impl<T: Send + 'static> Future for Here<T> {
         match call.as_mut().poll(cx) {
             Poll::Ready(output) => Poll::Ready(Step::Ended(output)),
             // Pending because the guest yielded (not because a host import awaits the
-            // database): it ran a whole tick here; its next poll is on the attestor's thread.
+            // database): it kept the CPU for a tick here; its next poll is on the attestor's
+            // thread.
             Poll::Pending if this.yielded.take() => Poll::Ready(Step::Move(call)),
             Poll::Pending => {
                 this.call = Some(call);
@@ -266,6 +272,7 @@ mod tests {
         let (ran, threads) = run_ticking(&guests, 0).await;
         assert_eq!(ran.output, 7);
         assert_eq!(ran.queued, Duration::ZERO);
+        assert!(!ran.on_own_thread);
         assert!(threads.iter().all(|t| t != "gh-quick"));
     }
 
@@ -274,13 +281,16 @@ mod tests {
         let guests = GuestThread::start("slow").unwrap();
         let (ran, threads) = run_ticking(&guests, 3).await;
         assert_eq!(ran.output, 7);
+        assert!(ran.on_own_thread);
         // One poll here (the first tick), every later one on the attestor's thread.
         assert_eq!(threads.len(), 4);
         assert_ne!(threads[0], "gh-slow");
         assert!(threads[1..].iter().all(|t| t == "gh-slow"), "{threads:?}");
 
         // The attestor is demoted: its next call, quick as it is, starts on its thread.
-        assert_eq!(run_ticking(&guests, 0).await.1, ["gh-slow"]);
+        let (ran, threads) = run_ticking(&guests, 0).await;
+        assert_eq!(threads, ["gh-slow"]);
+        assert!(ran.on_own_thread);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]

@@ -374,6 +374,7 @@ impl<B: TxBackend> Attestors<B> {
             Ok(ran) => {
                 let mut outcome = ran.output;
                 outcome.phases.queued = ran.queued;
+                outcome.phases.on_own_thread = ran.on_own_thread;
                 // A guest that failed starts its next calls on its own thread (a storage
                 // failure is the database's, not the guest's).
                 if matches!(&outcome.result, Err(fault) if *fault != Fault::Storage) {
