@@ -536,89 +536,97 @@ mod tests {
         }
     }
 
+    /// One epoch tick of a made-up call, its times from the call's start: when it comes, the
+    /// call's time in host imports by then, when the call resumed (if it did since the last
+    /// tick), the CPU used since its meter started (`None`: the meter starts here), and what
+    /// the clock must say: the tick, and the guest time it counts after it.
+    type Step = (
+        Duration,
+        Duration,
+        Option<Duration>,
+        Option<Duration>,
+        Tick,
+        Duration,
+    );
+
+    /// Runs `steps` through a clock with a 250 ms deadline.
+    fn step_through(steps: impl IntoIterator<Item = Step>) {
+        let t0 = Instant::now();
+        let mut clock = GuestClock::new(t0, Duration::from_millis(250));
+        for (step, (at, host, resumed, cpu, tick, guest)) in steps.into_iter().enumerate() {
+            let resumed = resumed.map(|r| t0 + r);
+            assert_eq!(clock.tick(t0 + at, host, resumed, cpu), tick, "step {step}");
+            assert_eq!(clock.guest(t0 + at, host), guest, "step {step}");
+        }
+    }
+
     #[test]
     fn the_deadline_counts_guest_time_only() {
         let ms = Duration::from_millis;
-        let t0 = Instant::now();
-        let mut clock = GuestClock::new(t0, ms(250));
-        // The guest crosses a tick (its meter starts), spins 2 ms of CPU and yields, waits 1 s
-        // for its thread, runs 2 ms: the wait is not charged.
-        assert_eq!(clock.tick(t0 + ms(1), ms(0), Some(t0), None), Tick::Running);
-        assert_eq!(
-            clock.tick(t0 + ms(3), ms(0), None, Some(ms(2))),
-            Tick::Yield
-        );
-        assert_eq!(
-            clock.tick(t0 + ms(1005), ms(0), Some(t0 + ms(1003)), None),
-            Tick::Resumed
-        );
-        assert_eq!(clock.guest(t0 + ms(1005), ms(0)), ms(5));
-        // It runs 2 ms more, yields; 600 ms in host imports is not charged either.
-        assert_eq!(
-            clock.tick(t0 + ms(1007), ms(0), None, Some(ms(2))),
-            Tick::Yield
-        );
-        assert_eq!(
-            clock.tick(t0 + ms(1609), ms(600), Some(t0 + ms(1007)), None),
-            Tick::Resumed
-        );
-        assert_eq!(clock.guest(t0 + ms(1609), ms(600)), ms(9));
-        // Spinning on with no wait, it expires once 250 ms of its own have passed.
-        assert_eq!(
-            clock.tick(t0 + ms(1611), ms(600), None, Some(ms(2))),
-            Tick::Yield
-        );
-        assert_eq!(
-            clock.tick(t0 + ms(1613), ms(600), Some(t0 + ms(1611)), None),
-            Tick::Resumed
-        );
-        assert_eq!(
-            clock.tick(t0 + ms(1849), ms(600), None, Some(ms(236))),
-            Tick::Yield
-        );
-        // The tick that resumes it finds its 250 ms spent: it expires there.
-        assert_eq!(
-            clock.tick(t0 + ms(1851), ms(600), Some(t0 + ms(1849)), None),
-            Tick::Expired
-        );
+        step_through([
+            // The guest crosses a tick (its meter starts), spins 2 ms of CPU and yields, waits
+            // 1 s for its thread, runs 2 ms: the wait is not charged.
+            (ms(1), ms(0), Some(ms(0)), None, Tick::Running, ms(1)),
+            (ms(3), ms(0), None, Some(ms(2)), Tick::Yield, ms(3)),
+            (ms(1005), ms(0), Some(ms(1003)), None, Tick::Resumed, ms(5)),
+            // It runs 2 ms more, yields; 600 ms in host imports is not charged either.
+            (ms(1007), ms(0), None, Some(ms(2)), Tick::Yield, ms(7)),
+            (
+                ms(1609),
+                ms(600),
+                Some(ms(1007)),
+                None,
+                Tick::Resumed,
+                ms(9),
+            ),
+            // Spinning on with no wait, it expires once 250 ms of its own have passed.
+            (ms(1611), ms(600), None, Some(ms(2)), Tick::Yield, ms(11)),
+            (
+                ms(1613),
+                ms(600),
+                Some(ms(1611)),
+                None,
+                Tick::Resumed,
+                ms(13),
+            ),
+            (ms(1849), ms(600), None, Some(ms(236)), Tick::Yield, ms(249)),
+            // The tick that resumes it finds its 250 ms spent: it expires there.
+            (
+                ms(1851),
+                ms(600),
+                Some(ms(1849)),
+                None,
+                Tick::Expired,
+                ms(251),
+            ),
+        ]);
     }
 
     #[test]
     fn only_a_call_that_kept_the_cpu_yields() {
         let (ms, us) = (Duration::from_millis, Duration::from_micros);
-        let t0 = Instant::now();
-        let mut clock = GuestClock::new(t0, ms(250));
-        // The first tick a call crosses starts its meter and lets it run on, though 3 ms of
-        // wall time passed without a host import: its thread was preempted.
-        assert_eq!(clock.tick(t0 + ms(3), ms(0), Some(t0), None), Tick::Running);
-        // Preempted across another tick, having used 30 µs of CPU since: it runs on.
-        assert_eq!(
-            clock.tick(t0 + ms(8), ms(0), None, Some(us(30))),
-            Tick::Running
-        );
-        // A tick while it awaited the database: it runs on.
-        assert_eq!(
-            clock.tick(t0 + ms(12), ms(4), None, Some(us(40))),
-            Tick::Running
-        );
-        // Once it has kept the CPU for half a tick since its meter started, it yields.
-        assert_eq!(
-            clock.tick(t0 + ms(14), ms(4), None, Some(ms(1))),
-            Tick::Yield
-        );
-        // Resumed at once, it runs on until it has used half a tick again.
-        assert_eq!(
-            clock.tick(t0 + ms(14) + us(10), ms(4), Some(t0 + ms(14)), None),
-            Tick::Resumed
-        );
-        assert_eq!(
-            clock.tick(t0 + ms(15), ms(4), None, Some(us(900))),
-            Tick::Running
-        );
-        assert_eq!(
-            clock.tick(t0 + ms(16), ms(4), None, Some(us(1_900))),
-            Tick::Yield
-        );
+        step_through([
+            // The first tick a call crosses starts its meter and lets it run on, though 3 ms
+            // of wall time passed without a host import: its thread was preempted.
+            (ms(3), ms(0), Some(ms(0)), None, Tick::Running, ms(3)),
+            // Preempted across another tick, having used 30 µs of CPU since: it runs on.
+            (ms(8), ms(0), None, Some(us(30)), Tick::Running, ms(8)),
+            // A tick while it awaited the database: it runs on.
+            (ms(12), ms(4), None, Some(us(40)), Tick::Running, ms(8)),
+            // Once it has kept the CPU for half a tick since its meter started, it yields.
+            (ms(14), ms(4), None, Some(ms(1)), Tick::Yield, ms(10)),
+            // Resumed at once, it runs on until it has used half a tick again.
+            (
+                ms(14) + us(10),
+                ms(4),
+                Some(ms(14)),
+                None,
+                Tick::Resumed,
+                ms(10) + us(10),
+            ),
+            (ms(15), ms(4), None, Some(us(900)), Tick::Running, ms(11)),
+            (ms(16), ms(4), None, Some(us(1_900)), Tick::Yield, ms(12)),
+        ]);
     }
 
     #[test]
