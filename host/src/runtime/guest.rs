@@ -8,9 +8,9 @@
 //! runs, and the first time its epoch callback yields (the guest kept the CPU for a tick, by
 //! the polling threads' CPU clocks: it is not a quick call) it moves, as it stands, to its
 //! attestor's thread and ends there. A call costs the host's threads about two ticks of CPU at
-//! most (`super::call::CallMeter`), and an attestor whose
-//! calls move or fail has its calls start on its own thread for a while ([`DEMOTION`]), so a
-//! hostile one gets no more than a tick of the host's threads now and then, not one a call.
+//! most (`super::call::CallMeter`), and an attestor whose calls move or fail has its calls
+//! start on its own thread for a while ([`DEMOTION`]), so a hostile one gets no more than that
+//! of the host's threads now and then, not on every call.
 
 use std::future::Future;
 use std::pin::Pin;
