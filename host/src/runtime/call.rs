@@ -292,9 +292,12 @@ impl GuestClock {
         resumed: Option<Instant>,
         cpu: Option<Duration>,
     ) -> Tick {
-        let resuming = self.yielded_at.take().map(|at| {
+        // The first tick after a yield: the wait for the thread is not the guest's, so it is
+        // counted out before the deadline is checked.
+        let resuming = self.yielded_at.take();
+        if let Some(at) = resuming {
             self.queued += resumed.unwrap_or(now).saturating_duration_since(at);
-        });
+        }
         if self.guest(now, host_time) >= self.deadline {
             Tick::Expired
         } else if resuming.is_some() {
