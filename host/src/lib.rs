@@ -6,6 +6,7 @@
 //! holds, enforces the policy no attestor may skip, issues the node certificate ([`pki`]) and
 //! answers with a signed response.
 
+pub mod allocator;
 pub mod api;
 pub mod app;
 pub mod cli;

@@ -4,6 +4,7 @@ use clap::Parser as _;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    gatehouse::allocator::return_freed_memory_at_once();
     let cli = gatehouse::cli::Cli::parse();
     gatehouse::logging::init(cli.log_format());
     match gatehouse::cli::run(cli).await {

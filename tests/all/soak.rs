@@ -41,6 +41,8 @@ fn host_process() {
         return;
     };
     let dir = dir.to_string_lossy().into_owned();
+    // As the `gatehouse` binary's `main` does.
+    gatehouse::allocator::return_freed_memory_at_once();
     // `serve --dev` defaults, except the per-node issuance interval: the renewer renews one
     // node five times a second, which the default (one certificate per node per 30 s) would
     // answer 429 (tests/all/ops.rs shows that throttle).

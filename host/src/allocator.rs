@@ -1,0 +1,64 @@
+//! The process's allocator: mimalloc (v2), returning what it frees to the kernel at once.
+//!
+//! A join allocates and frees a few hundred small blocks on whichever tokio worker polls it
+//! (the request's JSON, the CSR's parse, the certificate's DER, the audit row, the
+//! component's copies in and out), many of them freed on another thread than the one that
+//! allocated them. glibc's allocator spent about a tenth of the host's CPU there (`malloc`,
+//! `_int_free`, `unlink_chunk`, `realloc`); mimalloc's per-thread free lists take most of
+//! that away (`docs/benchmarks.md`, "mimalloc for the host": token joins 10–15 % higher on
+//! both backends, measured in interleaved pairs).
+//!
+//! By default mimalloc keeps freed pages for 10 ms before it hands them back, which made the
+//! benchmark's peak resident memory 65 % larger than glibc's and, set only once the process
+//! was running, its calls slower; purging at once from the start keeps memory within a tenth
+//! of glibc's and is the fastest of the three. So each binary calls
+//! [`return_freed_memory_at_once`] first thing in `main`. v2, not the crate's default v3: that
+//! option is set by number, and the binding crate's numbers are v2's.
+//!
+//! Declared in the host's library, so that every process that runs a host uses it: the
+//! `gatehouse` binary, the benchmark, and the tests (the soak's host process among them, whose
+//! resident-memory check then covers this allocator).
+
+use std::sync::Once;
+
+use libmimalloc_sys::{mi_option_eager_commit_delay, mi_option_t};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `mi_option_purge_delay` of mimalloc v2's `mimalloc.h`: how many milliseconds freed memory
+/// is kept before it is returned (10 by default; 0 at once). The binding crate names the options
+/// either side of it (`eager_commit_delay` 14, `use_numa_nodes` 16) but not this one.
+const PURGE_DELAY: mi_option_t = mi_option_eager_commit_delay + 1;
+const _: () = assert!(PURGE_DELAY < libmimalloc_sys::_mi_option_last);
+
+/// Has freed memory returned to the kernel at once, for the rest of the process: first thing
+/// in `main`, before the process allocates much. Later calls do nothing.
+pub fn return_freed_memory_at_once() {
+    static SET: Once = Once::new();
+    SET.call_once(|| {
+        // SAFETY: `mi_option_set` stores a value in mimalloc's option table; any option number
+        // below `_mi_option_last` is valid (checked above), and this one is an integer option.
+        #[allow(unsafe_code)]
+        unsafe {
+            libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_purge_delay_is_v2s_option_between_its_neighbours() {
+        // v2's order: eager_commit_delay, purge_delay, use_numa_nodes. A binding crate whose
+        // numbers moved (v3's differ) fails here rather than set another option.
+        assert_eq!(PURGE_DELAY + 1, libmimalloc_sys::mi_option_use_numa_nodes);
+        return_freed_memory_at_once();
+        // SAFETY: reads an option, as above.
+        #[allow(unsafe_code)]
+        let delay = unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) };
+        assert_eq!(delay, 0);
+    }
+}
