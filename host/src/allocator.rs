@@ -1,19 +1,19 @@
 //! The process's allocator: mimalloc (v2), returning what it frees to the kernel at once.
 //!
-//! A join allocates and frees a few hundred small blocks on whichever tokio worker polls it
+//! A join allocates and frees many small blocks on whichever tokio worker polls it
 //! (the request's JSON, the CSR's parse, the certificate's DER, the audit row, the
 //! component's copies in and out), many of them freed on another thread than the one that
-//! allocated them. glibc's allocator spent about a tenth of the host's CPU there (`malloc`,
-//! `_int_free`, `unlink_chunk`, `realloc`); mimalloc's per-thread free lists take most of
-//! that away (`docs/benchmarks.md`, "mimalloc for the host": token joins 10–15 % higher on
-//! both backends, measured in interleaved pairs).
+//! allocated them. glibc's allocator took about a tenth of the host's CPU samples there
+//! (`malloc`, `_int_free`, `unlink_chunk`, `realloc`); with mimalloc's per-thread free lists the
+//! benchmark's token joins rose about 9 % on both backends, and the CPU a join costs fell 2–4 %
+//! (`docs/benchmarks.md`, "mimalloc for the host", interleaved runs).
 //!
 //! By default mimalloc keeps freed pages for 10 ms before it hands them back, which made the
-//! benchmark's peak resident memory 65 % larger than glibc's and, set only once the process
-//! was running, its calls slower; purging at once from the start keeps memory within a tenth
-//! of glibc's and is the fastest of the three. So each binary calls
-//! [`return_freed_memory_at_once`] first thing in `main`. v2, not the crate's default v3: that
-//! option is set by number, and the binding crate's numbers are v2's.
+//! benchmark's peak resident memory 60 % larger than glibc's; handing them back at once keeps
+//! it within 5 %. The setting is made first thing in each binary's `main`
+//! ([`return_freed_memory_at_once`]), so that it covers everything the process allocates. v2,
+//! not the crate's default v3: the option is set by number, and the binding crate's numbers are
+//! v2's.
 //!
 //! Declared in the host's library, so that every process that runs a host uses it: the
 //! `gatehouse` binary, the benchmark, and the tests (the soak's host process among them, whose
