@@ -22,8 +22,6 @@
 //! `gatehouse` binary, the benchmark, and the tests (the soak's host process among them, whose
 //! resident-memory check then covers this allocator).
 
-use std::sync::Once;
-
 use libmimalloc_sys::{mi_option_eager_commit_delay, mi_option_t};
 
 #[global_allocator]
@@ -36,22 +34,19 @@ const PURGE_DELAY: mi_option_t = mi_option_eager_commit_delay + 1;
 const _: () = assert!(PURGE_DELAY < libmimalloc_sys::_mi_option_last);
 
 /// Has freed memory returned to the kernel at once, for the rest of the process: first thing
-/// in `main`, before the process allocates much. Later calls do nothing; so does a call in a
-/// process linked with another major version of mimalloc than 2, whose option numbers differ
-/// (leaving its defaults rather than setting some other option).
+/// in `main`, before the process allocates much. Calling it again sets the same value. In a
+/// process linked with another major version of mimalloc than 2, whose option numbers differ,
+/// it does nothing (leaving mimalloc's defaults rather than setting some other option).
 pub fn return_freed_memory_at_once() {
-    static SET: Once = Once::new();
-    SET.call_once(|| {
-        if linked_major_version() != 2 {
-            return;
-        }
-        // SAFETY: `mi_option_set` stores a value in mimalloc's option table; any option number
-        // below `_mi_option_last` is valid (checked above), and this one is an integer option.
-        #[allow(unsafe_code)]
-        unsafe {
-            libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
-        }
-    });
+    if linked_major_version() != 2 {
+        return;
+    }
+    // SAFETY: `mi_option_set` stores a value in mimalloc's option table; any option number
+    // below `_mi_option_last` is valid (checked above), and this one is an integer option.
+    #[allow(unsafe_code)]
+    unsafe {
+        libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
+    }
 }
 
 /// The major version of the mimalloc linked in (`MI_MALLOC_VERSION`, e.g. 20302 for 2.3.2).
