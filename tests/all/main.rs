@@ -23,6 +23,7 @@ mod ops;
 mod outage;
 mod policy;
 mod pools;
+mod process;
 mod provisioned;
 mod real_vectors;
 mod reload;

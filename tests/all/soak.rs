@@ -4,17 +4,13 @@
 //! invariants hold and the host's resident memory is back within 10 % of what it was after
 //! the warm-up.
 //!
-//! The host runs in a child process so that its memory is its own: the test binary re-runs
-//! itself with `soak::host_process` (an ignored test that serves only when
-//! `GATEHOUSE_SOAK_HOST_DIR` names its data directory), which runs `gatehouse serve --dev` as
-//! the binary does. Its resident set (`VmRSS` of `/proc/<pid>/status`) is sampled every
-//! second. The baseline is taken after a warm-up of the same load (a fifth of the run, at
-//! least 10 s): pools, the compiled attestors, TLS session caches and the allocator's arenas
-//! reach their working size during it, and none of that is a leak.
+//! The host runs in a child process so that its memory is its own ([`HostProcess`]: the test
+//! binary re-runs itself to run `gatehouse serve --dev` as the binary does). Its resident set
+//! (`VmRSS` of `/proc/<pid>/status`) is sampled every second. The baseline is taken after a
+//! warm-up of the same load (a fifth of the run, at least 10 s): pools, the compiled
+//! attestors, TLS session caches and the allocator's arenas reach their working size during
+//! it, and none of that is a leak.
 
-use std::io::{BufRead as _, BufReader};
-use std::net::IpAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -23,162 +19,13 @@ use gatehouse::store::{AuditResult, Db, sqlite_url};
 use gatehouse_agent::{
     JoinClient, JoinError, JoinOptions, NodeKey, RenewClient, TokenProducer, join,
 };
-use gatehouse_proto::{JoinTrust, Role};
+use gatehouse_proto::Role;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpSocket;
 
-/// The variable naming the child's data directory.
-const HOST_DIR: &str = "GATEHOUSE_SOAK_HOST_DIR";
-
-/// Not a test: the soak's host process. Serves until SIGTERM when [`HOST_DIR`] is set (the
-/// soak sets it), and returns at once otherwise.
-#[test]
-#[ignore = "the soak's host process, started by `soak::mixed_load_loses_nothing_and_leaks_no_memory`"]
-fn host_process() {
-    let Some(dir) = std::env::var_os(HOST_DIR) else {
-        return;
-    };
-    let dir = dir.to_string_lossy().into_owned();
-    // As the `gatehouse` binary's `main` does.
-    gatehouse::allocator::return_freed_memory_at_once();
-    // `serve --dev` defaults, except the per-node issuance interval: the renewer renews one
-    // node five times a second, which the default (one certificate per node per 30 s) would
-    // answer 429 (tests/all/ops.rs shows that throttle).
-    let files = gatehouse::app::dev::prepare(std::path::Path::new(&dir), "127.0.0.1:0").unwrap();
-    let config = std::fs::read_to_string(&files.config).unwrap();
-    if !config.contains("[limits]") {
-        std::fs::write(
-            &files.config,
-            format!("{config}\n[limits]\nnode_issue_interval_seconds = 0\n"),
-        )
-        .unwrap();
-    }
-    let cli = gatehouse::cli::Cli::try_parse_args([
-        "gatehouse",
-        "serve",
-        "--dev",
-        "--data-dir",
-        &dir,
-        "--listen",
-        "127.0.0.1:0",
-    ])
-    .unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime
-        .block_on(gatehouse::cli::run(cli))
-        .expect("the soak's host serves");
-}
-
-/// The child host, killed if the test ends early.
-struct HostProcess {
-    child: Child,
-    /// Where it listens, and its URL (by the name its TLS certificate carries).
-    addr: std::net::SocketAddr,
-    url: String,
-    trust: JoinTrust,
-    admin_key: String,
-    data: std::path::PathBuf,
-}
-
-impl Drop for HostProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl HostProcess {
-    fn start(data: std::path::PathBuf) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "soak::host_process",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(HOST_DIR, &data)
-            .env("RUST_LOG", "off")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("the host process printed its address")
-                .unwrap();
-            if let Some(addr) = line.strip_prefix("gatehouse listening on https://") {
-                break addr.trim().to_owned();
-            }
-        };
-        // Keep draining what it prints, so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        let addr: std::net::SocketAddr = addr.parse().unwrap();
-        let trust: JoinTrust =
-            serde_json::from_str(&std::fs::read_to_string(data.join("join-trust.json")).unwrap())
-                .unwrap();
-        let admin_key = std::fs::read_to_string(data.join("admin.key"))
-            .unwrap()
-            .trim()
-            .to_owned();
-        Self {
-            child,
-            addr,
-            url: format!("https://localhost:{}", addr.port()),
-            trust,
-            admin_key,
-            data,
-        }
-    }
-
-    /// Resident memory of the host process, in KiB.
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
-
-    /// An HTTPS client trusting the host's CA, from `source` (any 127/8 address).
-    fn http(&self, source: IpAddr) -> reqwest::Client {
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            .add_root_certificate(
-                reqwest::Certificate::from_pem(self.trust.tls_ca_pem.as_bytes()).unwrap(),
-            )
-            .local_address(source)
-            .resolve("localhost", self.addr)
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap()
-    }
-
-    /// Stops it as an operator would (SIGTERM) and waits for it to exit.
-    fn stop(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the host did not stop on SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
+use crate::process::HostProcess;
 
 /// What the clients saw.
 #[derive(Default)]

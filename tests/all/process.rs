@@ -1,0 +1,171 @@
+//! A host in a process of its own, for the tests that must see what only a whole process
+//! shows: its resident memory (`soak`).
+//!
+//! The test binary re-runs itself with `process::host_process`, an ignored test that serves
+//! only when [`HOST_DIR`] names its data directory, and runs `gatehouse serve --dev` there as
+//! the binary does.
+
+use std::io::{BufRead as _, BufReader};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gatehouse_proto::JoinTrust;
+
+/// The variable naming the child's data directory.
+const HOST_DIR: &str = "GATEHOUSE_TEST_HOST_DIR";
+
+/// Not a test: the child's host. Serves until SIGTERM when [`HOST_DIR`] is set
+/// ([`HostProcess::start`] sets it), and returns at once otherwise.
+#[test]
+#[ignore = "a host process, started by `HostProcess::start` (soak)"]
+fn host_process() {
+    let Some(dir) = std::env::var_os(HOST_DIR) else {
+        return;
+    };
+    let dir = dir.to_string_lossy().into_owned();
+    // As the `gatehouse` binary's `main` does.
+    gatehouse::allocator::return_freed_memory_at_once();
+    // `serve --dev` defaults, except the per-node issuance interval: the soak's renewer renews
+    // one node five times a second, which the default (one certificate per node per 30 s)
+    // would answer 429 (tests/all/ops.rs shows that throttle).
+    let files = gatehouse::app::dev::prepare(Path::new(&dir), "127.0.0.1:0").unwrap();
+    let config = std::fs::read_to_string(&files.config).unwrap();
+    if !config.contains("[limits]") {
+        std::fs::write(
+            &files.config,
+            format!("{config}\n[limits]\nnode_issue_interval_seconds = 0\n"),
+        )
+        .unwrap();
+    }
+    let cli = gatehouse::cli::Cli::try_parse_args([
+        "gatehouse",
+        "serve",
+        "--dev",
+        "--data-dir",
+        &dir,
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime
+        .block_on(gatehouse::cli::run(cli))
+        .expect("the child host serves");
+}
+
+/// The child host, killed if the test ends early.
+pub struct HostProcess {
+    child: Child,
+    /// Where it listens, and its URL (by the name its TLS certificate carries).
+    pub addr: std::net::SocketAddr,
+    pub url: String,
+    pub trust: JoinTrust,
+    pub admin_key: String,
+    pub data: PathBuf,
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl HostProcess {
+    /// Starts a host on `data` (created if missing) and waits until it listens. Blocks: call
+    /// it from `spawn_blocking` in an async test.
+    pub fn start(data: PathBuf) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command.stderr(Stdio::null());
+        Self::spawn(data, command)
+    }
+
+    fn spawn(data: PathBuf, mut command: Command) -> Self {
+        let mut child = command
+            .args([
+                "process::host_process",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HOST_DIR, &data)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("the host process printed its address")
+                .unwrap();
+            if let Some(addr) = line.strip_prefix("gatehouse listening on https://") {
+                break addr.trim().to_owned();
+            }
+        };
+        // Keep draining what it prints, so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        let trust: JoinTrust =
+            serde_json::from_str(&std::fs::read_to_string(data.join("join-trust.json")).unwrap())
+                .unwrap();
+        let admin_key = std::fs::read_to_string(data.join("admin.key"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        Self {
+            child,
+            addr,
+            url: format!("https://localhost:{}", addr.port()),
+            trust,
+            admin_key,
+            data,
+        }
+    }
+
+    /// Resident memory of the host process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// An HTTPS client trusting the host's CA, from `source` (any 127/8 address).
+    pub fn http(&self, source: IpAddr) -> reqwest::Client {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(self.trust.tls_ca_pem.as_bytes()).unwrap(),
+            )
+            .local_address(source)
+            .resolve("localhost", self.addr)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    }
+
+    /// Stops it as an operator would (SIGTERM) and waits for it to exit.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the host did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
