@@ -1,9 +1,9 @@
 //! A host in a process of its own, for the tests that must see what only a whole process
-//! shows: its resident memory (`soak`).
+//! shows: its resident memory (`soak`) or its log (`scale`'s SQLite half).
 //!
 //! The test binary re-runs itself with `process::host_process`, an ignored test that serves
 //! only when [`HOST_DIR`] names its data directory, and runs `gatehouse serve --dev` there as
-//! the binary does.
+//! the binary does: the binary's allocator setting and, when asked, its JSON log on stderr.
 
 use std::io::{BufRead as _, BufReader};
 use std::net::IpAddr;
@@ -19,7 +19,7 @@ const HOST_DIR: &str = "GATEHOUSE_TEST_HOST_DIR";
 /// Not a test: the child's host. Serves until SIGTERM when [`HOST_DIR`] is set
 /// ([`HostProcess::start`] sets it), and returns at once otherwise.
 #[test]
-#[ignore = "a host process, started by `HostProcess::start` (soak)"]
+#[ignore = "a host process, started by `HostProcess::start` (soak, scale)"]
 fn host_process() {
     let Some(dir) = std::env::var_os(HOST_DIR) else {
         return;
@@ -27,9 +27,13 @@ fn host_process() {
     let dir = dir.to_string_lossy().into_owned();
     // As the `gatehouse` binary's `main` does.
     gatehouse::allocator::return_freed_memory_at_once();
+    if std::env::var_os(gatehouse::logging::ENV).is_some() {
+        gatehouse::logging::init(gatehouse::cli::LogFormat::Json);
+    }
     // `serve --dev` defaults, except the per-node issuance interval: the soak's renewer renews
-    // one node five times a second, which the default (one certificate per node per 30 s)
-    // would answer 429 (tests/all/ops.rs shows that throttle).
+    // one node five times a second and `scale` renews right after joining, which the default
+    // (one certificate per node per 30 s) would answer 429 (tests/all/ops.rs shows that
+    // throttle).
     let files = gatehouse::app::dev::prepare(Path::new(&dir), "127.0.0.1:0").unwrap();
     let config = std::fs::read_to_string(&files.config).unwrap();
     if !config.contains("[limits]") {
@@ -78,7 +82,19 @@ impl HostProcess {
     /// it from `spawn_blocking` in an async test.
     pub fn start(data: PathBuf) -> Self {
         let mut command = Command::new(std::env::current_exe().unwrap());
-        command.stderr(Stdio::null());
+        command
+            .env_remove(gatehouse::logging::ENV)
+            .stderr(Stdio::null());
+        Self::spawn(data, command)
+    }
+
+    /// As [`HostProcess::start`], with the host's log as JSON lines, filtered by `filter`
+    /// (`GATEHOUSE_LOG`'s syntax), in the file `log`.
+    pub fn start_logging(data: PathBuf, filter: &str, log: &Path) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .env(gatehouse::logging::ENV, filter)
+            .stderr(std::fs::File::create(log).unwrap());
         Self::spawn(data, command)
     }
 

@@ -61,6 +61,11 @@ static SQLITE: &[Embedded] = &[
         description: "admin_identities",
         sql: include_str!("../../migrations/sqlite/0007_admin_identities.sql"),
     },
+    Embedded {
+        version: 8,
+        description: "revoked_index",
+        sql: include_str!("../../migrations/sqlite/0008_revoked_index.sql"),
+    },
 ];
 
 /// The Postgres migrations, in order.
@@ -99,6 +104,11 @@ static POSTGRES: &[Embedded] = &[
         version: 7,
         description: "admin_identities",
         sql: include_str!("../../migrations/postgres/0007_admin_identities.sql"),
+    },
+    Embedded {
+        version: 8,
+        description: "revoked_index",
+        sql: include_str!("../../migrations/postgres/0008_revoked_index.sql"),
     },
 ];
 

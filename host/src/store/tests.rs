@@ -81,7 +81,7 @@ async fn migrations_apply_twice_idempotently() {
             .fetch_one(&mut *conn)
             .await
             .unwrap();
-        assert_eq!(applied.get::<i64, _>("n"), 7, "{:?}", t.db.backend());
+        assert_eq!(applied.get::<i64, _>("n"), 8, "{:?}", t.db.backend());
         let roots = sqlx::query("SELECT COUNT(*) AS n FROM tenants WHERE id = 'root'")
             .fetch_one(&mut *conn)
             .await
