@@ -115,6 +115,27 @@ impl Exit {
     }
 }
 
+/// A new machine (a fresh node key) joins the host at `url` as a node with `token`, as
+/// `gatehouse-agent join` does (its join loop, `trust` pinned): its key and the host's answer.
+pub async fn token_join(
+    url: &str,
+    trust: &JoinTrust,
+    token: &TokenString,
+) -> Result<(gatehouse_agent::NodeKey, gatehouse_agent::Joined), gatehouse_agent::JoinError> {
+    use gatehouse_agent::{JoinClient, JoinOptions, NodeKey, TokenProducer, join};
+    let key = NodeKey::generate()?;
+    let joined = join(
+        &JoinClient::new(url, trust)?,
+        trust,
+        &mut TokenProducer::new(gatehouse_proto::Role::Node),
+        Some(token),
+        &key,
+        &JoinOptions::default(),
+    )
+    .await?;
+    Ok((key, joined))
+}
+
 /// An HTTPS client trusting only `tls_ca_pem`.
 pub fn https_client(tls_ca_pem: &str) -> reqwest::Client {
     // reqwest is built without a crypto provider, so that aws-lc-rs is the one TLS stack
@@ -501,18 +522,7 @@ impl TestHost {
         token: &TokenString,
     ) -> Result<(gatehouse_agent::NodeKey, gatehouse_agent::Joined), gatehouse_agent::JoinError>
     {
-        use gatehouse_agent::{JoinClient, JoinOptions, NodeKey, TokenProducer, join};
-        let key = NodeKey::generate()?;
-        let joined = join(
-            &JoinClient::new(&self.url(), &self.trust)?,
-            &self.trust,
-            &mut TokenProducer::new(gatehouse_proto::Role::Node),
-            Some(token),
-            &key,
-            &JoinOptions::default(),
-        )
-        .await?;
-        Ok((key, joined))
+        token_join(&self.url(), &self.trust, token).await
     }
 
     /// A new machine joins as a node with a fresh single-use token; panics unless admitted.

@@ -18,7 +18,7 @@ use gatehouse_agent::{
 use gatehouse_proto::{JoinTrust, Role, TokenString};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::common::{Backend, HostOptions, TestHost, backends};
+use crate::common::{Backend, HostOptions, TestHost, backends, token_join};
 use crate::x509pop::{Held, pop_join};
 
 /// Certificate lifetime on the test host.
@@ -37,17 +37,7 @@ fn now_ms() -> i64 {
 
 /// A machine that joined with `token` as `gatehouse-agent join` does, into `dir`.
 async fn join_into(host: &TestHost, trust: &JoinTrust, token: &TokenString, dir: &Path) -> String {
-    let key = NodeKey::generate().unwrap();
-    let joined = join(
-        &JoinClient::new(&host.url(), trust).unwrap(),
-        trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(token),
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
-    .unwrap();
+    let (key, joined) = token_join(&host.url(), trust, token).await.unwrap();
     write_identity(dir, &key, &joined).unwrap();
     joined.node_id
 }

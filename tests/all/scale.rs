@@ -19,11 +19,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use gatehouse::store::{Db, sqlite_url};
-use gatehouse_agent::{JoinClient, JoinOptions, NodeKey, RenewClient, TokenProducer, join};
-use gatehouse_proto::{JoinTrust, Role, TokenString};
+use gatehouse_agent::{NodeKey, RenewClient};
+use gatehouse_proto::{JoinTrust, TokenString};
 use sqlx::Connection as _;
 
-use crate::common::{Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres};
+use crate::common::{
+    Backend, HostOptions, TestHost, backends, drop_postgres, fresh_postgres, token_join,
+};
 use crate::process::HostProcess;
 
 /// Rows of each filled table: far past where PostgreSQL's planner still prefers reading a
@@ -77,17 +79,7 @@ async fn scans(url: &str, database: &str) -> BTreeMap<String, (i64, i64)> {
 /// A machine joins the host at `url` with a single-use `token`, then renews its certificate
 /// once.
 async fn join_and_renew(url: &str, trust: &JoinTrust, token: &TokenString) {
-    let key = NodeKey::generate().unwrap();
-    let joined = join(
-        &JoinClient::new(url, trust).unwrap(),
-        trust,
-        &mut TokenProducer::new(Role::Node),
-        Some(token),
-        &key,
-        &JoinOptions::default(),
-    )
-    .await
-    .unwrap();
+    let (key, joined) = token_join(url, trust, token).await.unwrap();
     RenewClient::new(url, trust, &key, &joined.chain)
         .unwrap()
         .renew(trust, &joined.node_id, &NodeKey::generate().unwrap())
