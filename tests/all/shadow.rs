@@ -151,13 +151,20 @@ async fn a_new_version_of_a_live_attestor_runs_beside_it_from_its_own_file() {
         ..HostOptions::new(crate::common::Backend::Sqlite)
     })
     .await;
-    let token = host.create_token("node", 1).await;
+    // Two uses: a shadow reads what is committed when it reads, so with one use it would see
+    // the token spent whenever the live round commits first (`JoinService::shadows`).
+    let token = host.create_token("node", 2).await;
     join_with(&host, &mut TokenProducer::new(Role::Node), &token)
         .await
         .unwrap();
     let rows = shadow_rows(&host, "join-token-next", 1, Duration::from_secs(10)).await;
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].result.as_str(), "shadow-admitted");
+    assert_eq!(rows[0].result.as_str(), "shadow-admitted", "{:?}", rows[0]);
+    assert_eq!(
+        uses_left(&host, &token).await,
+        1,
+        "only the live use was spent"
+    );
     assert_eq!(
         rows[0].subject.as_deref(),
         Some(format!("replacement:{}", token.id).as_str())
