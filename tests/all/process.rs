@@ -1,9 +1,11 @@
 //! A host in a process of its own, for the tests that must see what only a whole process
-//! shows: its resident memory (`soak`) or its log (`scale`'s SQLite half).
+//! shows: its resident memory (`soak`), its log (`scale`'s SQLite half) or its signals
+//! (`reload`'s SIGHUP).
 //!
 //! The test binary re-runs itself with `process::host_process`, an ignored test that serves
-//! only when [`HOST_DIR`] names its data directory, and runs `gatehouse serve --dev` there as
-//! the binary does: the binary's allocator setting and, when asked, its JSON log on stderr.
+//! only when [`HOST_DIR`] names its data directory, and runs `gatehouse serve --dev` there (or
+//! `gatehouse serve --config` when [`HOST_CONFIG`] names a configuration) as the binary does:
+//! the binary's allocator setting and, when asked, its JSON log on stderr.
 
 use std::io::{BufRead as _, BufReader};
 use std::net::IpAddr;
@@ -16,10 +18,13 @@ use gatehouse_proto::JoinTrust;
 /// The variable naming the child's data directory.
 const HOST_DIR: &str = "GATEHOUSE_TEST_HOST_DIR";
 
+/// The variable naming the configuration the child serves with `serve --config`, if any.
+const HOST_CONFIG: &str = "GATEHOUSE_TEST_HOST_CONFIG";
+
 /// Not a test: the child's host. Serves until SIGTERM when [`HOST_DIR`] is set
 /// ([`HostProcess::start`] sets it), and returns at once otherwise.
 #[test]
-#[ignore = "a host process, started by `HostProcess::start` (soak, scale)"]
+#[ignore = "a host process, started by `HostProcess::start` (soak, scale, reload)"]
 fn host_process() {
     let Some(dir) = std::env::var_os(HOST_DIR) else {
         return;
@@ -29,6 +34,16 @@ fn host_process() {
     gatehouse::allocator::return_freed_memory_at_once();
     if std::env::var_os(gatehouse::logging::ENV).is_some() {
         gatehouse::logging::init(gatehouse::cli::LogFormat::Json);
+    }
+    let serve = |args: &[&str]| {
+        let cli = gatehouse::cli::Cli::try_parse_args(args).unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime
+            .block_on(gatehouse::cli::run(cli))
+            .expect("the child host serves");
+    };
+    if let Some(config) = std::env::var_os(HOST_CONFIG) {
+        return serve(&["gatehouse", "serve", "--config", &config.to_string_lossy()]);
     }
     // `serve --dev` defaults, except the per-node issuance interval: the soak's renewer renews
     // one node five times a second and `scale` renews right after joining, which the default
@@ -43,7 +58,7 @@ fn host_process() {
         )
         .unwrap();
     }
-    let cli = gatehouse::cli::Cli::try_parse_args([
+    serve(&[
         "gatehouse",
         "serve",
         "--dev",
@@ -51,12 +66,7 @@ fn host_process() {
         &dir,
         "--listen",
         "127.0.0.1:0",
-    ])
-    .unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime
-        .block_on(gatehouse::cli::run(cli))
-        .expect("the child host serves");
+    ]);
 }
 
 /// The child host, killed if the test ends early.
@@ -85,6 +95,18 @@ impl HostProcess {
         command
             .env_remove(gatehouse::logging::ENV)
             .stderr(Stdio::null());
+        Self::spawn(data, command)
+    }
+
+    /// As [`HostProcess::start`], serving `gatehouse serve --config config`, a configuration
+    /// whose data directory is `data` (as `gatehouse serve --dev` writes it). Its stderr is the
+    /// test's.
+    pub fn start_with_config(data: PathBuf, config: &Path) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .env_remove(gatehouse::logging::ENV)
+            .env(HOST_CONFIG, config)
+            .stderr(Stdio::inherit());
         Self::spawn(data, command)
     }
 
@@ -118,7 +140,8 @@ impl HostProcess {
                 .next()
                 .expect("the host process printed its address")
                 .unwrap();
-            if let Some(addr) = line.strip_prefix("gatehouse listening on https://") {
+            // Possibly after libtest's `test … ` on the same line.
+            if let Some((_, addr)) = line.split_once("gatehouse listening on https://") {
                 break addr.trim().to_owned();
             }
         };
@@ -168,10 +191,35 @@ impl HostProcess {
             .unwrap()
     }
 
+    /// A one-use node token, through the admin API, with `http` ([`HostProcess::http`]).
+    pub async fn create_token(&self, http: &reqwest::Client) -> gatehouse_proto::TokenString {
+        let created: serde_json::Value = http
+            .post(format!("{}/v1/admin/tokens", self.url))
+            .bearer_auth(&self.admin_key)
+            .json(&serde_json::json!({ "role": "node", "uses": 1, "ttlSeconds": 3600 }))
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        gatehouse_proto::TokenString::parse(created["token"].as_str().unwrap()).unwrap()
+    }
+
+    /// Sends it the signal `name` (`HUP`, `TERM`), as `kill` does.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name}");
+    }
+
     /// Stops it as an operator would (SIGTERM) and waits for it to exit.
     pub fn stop(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        self.signal("TERM");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

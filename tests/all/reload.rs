@@ -2,9 +2,7 @@
 //! (picked up by the directory poll, and by SIGHUP in a host process of its own), a component
 //! that does not load leaving the old one serving, and every change an event.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -15,6 +13,7 @@ use gatehouse_proto::{JoinTrust, Role, TokenString};
 use sha2::{Digest, Sha256};
 
 use crate::common::{Backend, HostOptions, TestHost, backends};
+use crate::process::HostProcess;
 
 /// SHA-256 of the join-token built into the host.
 fn builtin_join_token() -> String {
@@ -382,44 +381,6 @@ async fn a_new_attestor_is_loaded_and_removed_and_a_failed_pin_keeps_the_old_one
     host.stop().await;
 }
 
-/// The variable naming the SIGHUP test's host configuration.
-const HOST_CONFIG: &str = "GATEHOUSE_RELOAD_HOST_CONFIG";
-
-/// Not a test: the SIGHUP test's host process. Serves `gatehouse serve --config` until
-/// SIGTERM when [`HOST_CONFIG`] is set, and returns at once otherwise.
-#[test]
-#[ignore = "the host process of `reload::sighup_reloads_attestors_without_dropping_a_join`"]
-fn sighup_host_process() {
-    let Some(config) = std::env::var_os(HOST_CONFIG) else {
-        return;
-    };
-    let config = config.to_string_lossy().into_owned();
-    let cli =
-        gatehouse::cli::Cli::try_parse_args(["gatehouse", "serve", "--config", &config]).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime
-        .block_on(gatehouse::cli::run(cli))
-        .expect("the host serves");
-}
-
-/// The child host, killed if the test ends early.
-struct HostChild(Child);
-
-impl Drop for HostChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sighup_reloads_attestors_without_dropping_a_join() {
     let file = sha256_of(gatehouse_test_artifacts::JOIN_TOKEN);
@@ -439,60 +400,17 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
     runtime.insert("attestors_poll_ms".into(), 0.into());
     std::fs::write(&files.config, toml::to_string(&table).unwrap()).unwrap();
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "reload::sighup_host_process",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HOST_CONFIG, &files.config)
-        .env("GATEHOUSE_LOG", "off")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let child = HostChild(child);
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        let line = lines.next().expect("the host printed its address").unwrap();
-        // After libtest's `test … ` on the same line.
-        if let Some((_, addr)) = line.split_once("gatehouse listening on https://") {
-            break addr.trim().parse::<std::net::SocketAddr>().unwrap();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let trust: JoinTrust =
-        serde_json::from_str(&std::fs::read_to_string(&files.join_trust).unwrap()).unwrap();
-    let admin_key = std::fs::read_to_string(&files.admin_key)
-        .unwrap()
-        .trim()
-        .to_owned();
-    let url = format!("https://localhost:{}", addr.port());
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let http = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(trust.tls_ca_pem.as_bytes()).unwrap())
-        .resolve("localhost", addr)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let mut tokens = Vec::new();
-    for _ in 0..300 {
-        let created: serde_json::Value = http
-            .post(format!("{url}/v1/admin/tokens"))
-            .bearer_auth(&admin_key)
-            .json(&serde_json::json!({ "role": "node", "uses": 1, "ttlSeconds": 3600 }))
-            .send()
+    let host = {
+        let (data, config) = (data.clone(), files.config.clone());
+        tokio::task::spawn_blocking(move || HostProcess::start_with_config(data, &config))
             .await
             .unwrap()
-            .json()
-            .await
-            .unwrap();
-        tokens.push(TokenString::parse(created["token"].as_str().unwrap()).unwrap());
+    };
+    let (url, trust, admin_key) = (host.url.clone(), host.trust.clone(), host.admin_key.clone());
+    let http = host.http("127.0.0.1".parse().unwrap());
+    let mut tokens = Vec::new();
+    for _ in 0..300 {
+        tokens.push(host.create_token(&http).await);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let joins = tokio::spawn(join_loop(url.clone(), trust.clone(), tokens, stop.clone()));
@@ -508,7 +426,7 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
     settle().await;
     // Not yet: only SIGHUP loads it.
     until_served(&http, &url, &admin_key, &builtin, "built-in").await;
-    signal(&child.0, "HUP");
+    host.signal("HUP");
     until_served(&http, &url, &admin_key, &replacement, "file").await;
     settle().await;
     deploy(
@@ -516,7 +434,7 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         "jt.wasm",
         &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN).unwrap(),
     );
-    signal(&child.0, "HUP");
+    host.signal("HUP");
     until_served(&http, &url, &admin_key, &file, "file").await;
     settle().await;
     deploy(
@@ -524,11 +442,11 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         "jt.wasm",
         &std::fs::read(gatehouse_test_artifacts::JOIN_TOKEN_REPLACEMENT).unwrap(),
     );
-    signal(&child.0, "HUP");
+    host.signal("HUP");
     until_served(&http, &url, &admin_key, &replacement, "file").await;
     settle().await;
     std::fs::remove_file(dir.join("jt.wasm")).unwrap();
-    signal(&child.0, "HUP");
+    host.signal("HUP");
     until_served(&http, &url, &admin_key, &builtin, "built-in").await;
     settle().await;
     stop.store(true, Ordering::Relaxed);
@@ -537,19 +455,9 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
     assert!(joined > 0);
 
     // SIGHUP did not stop it; SIGTERM does, cleanly.
-    let mut child = child;
-    signal(&child.0, "TERM");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the host did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = tokio::task::spawn_blocking(move || host.stop())
+        .await
+        .unwrap();
     assert!(status.success(), "{status:?}");
 
     let db = Db::connect(&sqlite_url(&data.join("gatehouse.db")).unwrap())

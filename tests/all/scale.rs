@@ -380,19 +380,7 @@ async fn sqlite_joins_and_renewals_plan_no_whole_read_of_a_large_table() {
     };
     let http = host.http("127.0.0.1".parse().unwrap());
     for _ in 0..JOINS {
-        let created: serde_json::Value = http
-            .post(format!("{}/v1/admin/tokens", host.url))
-            .bearer_auth(&host.admin_key)
-            .json(&serde_json::json!({ "role": "node", "uses": 1, "ttlSeconds": 3600 }))
-            .send()
-            .await
-            .unwrap()
-            .error_for_status()
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let token = TokenString::parse(created["token"].as_str().unwrap()).unwrap();
+        let token = host.create_token(&http).await;
         join_and_renew(&host.url, &host.trust, &token).await;
     }
     fetch_crl(&http, &host.url).await;
