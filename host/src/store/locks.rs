@@ -7,8 +7,6 @@
 //! committed before it). SQLite's `BEGIN IMMEDIATE` already excludes every other writer, so
 //! there locking is a no-op.
 
-use sha2::{Digest as _, Sha256};
-
 use super::{Backend, StoreError, Tx};
 
 /// A row (or the rows of one key) a join's decision depends on.
@@ -63,7 +61,7 @@ impl RowLock {
     fn statement(&self) -> &'static str {
         match self {
             RowLock::Node(_) => "SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE",
-            RowLock::NodeCert(_) => "SELECT 1 FROM node_certs WHERE der_sha256 = $1 FOR UPDATE",
+            RowLock::NodeCert(_) => "SELECT 1 FROM node_certs WHERE serial = $1 FOR UPDATE",
             RowLock::NodeCerts(_) => "SELECT 1 FROM node_certs WHERE node_id = $1 FOR UPDATE",
             RowLock::JoinRequest { .. } => {
                 "SELECT 1 FROM join_requests WHERE attestor = $1 AND id = $2 FOR UPDATE"
@@ -100,7 +98,10 @@ impl Tx {
                 | RowLock::NodeCerts(a)
                 | RowLock::Lease(a)
                 | RowLock::Workflow(a) => q.bind(a.clone()),
-                RowLock::NodeCert(der) => q.bind(Sha256::digest(der).to_vec()),
+                // Bytes that are no certificate name no row, and lock none.
+                RowLock::NodeCert(der) => {
+                    q.bind(super::nodes::issued_serial(der).unwrap_or_default())
+                }
                 RowLock::JoinRequest { attestor, id } => q.bind(attestor.clone()).bind(id.clone()),
                 RowLock::Kv { attestor, key } => q.bind(attestor.clone()).bind(key.clone()),
                 RowLock::Binding { kind, value } => q.bind(kind.clone()).bind(value.clone()),

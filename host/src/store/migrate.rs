@@ -66,6 +66,11 @@ static SQLITE: &[Embedded] = &[
         description: "revoked_index",
         sql: include_str!("../../migrations/sqlite/0008_revoked_index.sql"),
     },
+    Embedded {
+        version: 9,
+        description: "cert_hash_unindexed",
+        sql: include_str!("../../migrations/sqlite/0009_cert_hash_unindexed.sql"),
+    },
 ];
 
 /// The Postgres migrations, in order.
@@ -109,6 +114,11 @@ static POSTGRES: &[Embedded] = &[
         version: 8,
         description: "revoked_index",
         sql: include_str!("../../migrations/postgres/0008_revoked_index.sql"),
+    },
+    Embedded {
+        version: 9,
+        description: "cert_hash_unindexed",
+        sql: include_str!("../../migrations/postgres/0009_cert_hash_unindexed.sql"),
     },
 ];
 
@@ -154,6 +164,92 @@ pub(super) async fn run(conn: &mut AnyConnection, backend: Backend) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Migration 9 makes SQLite's `node_certs` again without the hash's unique index: every
+    /// certificate comes through whole, in every column a migration before it added, and the
+    /// table keeps its other indexes and constraints.
+    #[tokio::test]
+    async fn sqlite_migration_9_copies_every_certificate_whole() {
+        use sqlx::{Connection as _, Executor as _, Row as _};
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = super::super::sqlite_url(&dir.path().join("m.db")).unwrap();
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        conn.execute("PRAGMA foreign_keys = ON").await.unwrap();
+        let before = Migrator::new(Source(&SQLITE[..8])).await.unwrap();
+        before.run(&mut conn).await.unwrap();
+        conn.execute(
+            "INSERT INTO nodes (id, tenant_id, role, identity_generation, created_at, updated_at) \
+             VALUES ('node_1', 'root', 'node', 2, 1, 1);
+             INSERT INTO node_certs (serial, node_id, der, der_sha256, generation, role, \
+             not_before, not_after, revoked, statements, created_at, revoked_reason, revoked_at, \
+             superseded_at) VALUES \
+             ('01', 'node_1', x'0102', zeroblob(32), 1, 'node', 10, 20, 1, '[]', 5, 'superseded', 7, 6), \
+             ('02', 'node_1', x'0304', randomblob(32), 2, 'node', 11, 21, 0, '[\"urn:a\"]', 8, NULL, NULL, NULL)",
+        )
+        .await
+        .unwrap();
+        let all = "SELECT serial, node_id, der, der_sha256, generation, role, not_before, \
+                   not_after, revoked, statements, created_at, revoked_reason, revoked_at, \
+                   superseded_at FROM node_certs ORDER BY serial";
+        let dump = async |conn: &mut AnyConnection| -> Vec<String> {
+            let rows = sqlx::query(all).fetch_all(conn).await.unwrap();
+            rows.iter()
+                .map(|r| {
+                    (0..14)
+                        .map(|i| {
+                            let v: Option<Vec<u8>> = r.try_get(i).ok().flatten();
+                            let t: Option<String> = r.try_get(i).ok().flatten();
+                            let n: Option<i64> = r.try_get(i).ok().flatten();
+                            format!("{t:?}/{n:?}/{v:?}")
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .collect()
+        };
+        let rows = dump(&mut conn).await;
+        run(&mut conn, Backend::Sqlite).await.unwrap();
+        assert_eq!(dump(&mut conn).await, rows);
+
+        // The same hash twice is no longer refused; a serial twice, or a certificate of a node
+        // that does not exist, still is.
+        let insert = "INSERT INTO node_certs (serial, node_id, der, der_sha256, generation, role, \
+                      not_before, not_after, statements, created_at) \
+                      VALUES ($1, $2, x'05', zeroblob(32), 1, 'node', 1, 2, '[]', 1)";
+        for (serial, node, ok) in [
+            ("03", "node_1", true),
+            ("03", "node_1", false),
+            ("04", "node_9", false),
+        ] {
+            let r = sqlx::query(insert)
+                .bind(serial)
+                .bind(node)
+                .execute(&mut conn)
+                .await;
+            assert_eq!(r.is_ok(), ok, "{serial} {node}: {r:?}");
+        }
+        let mut indexes: Vec<String> = sqlx::query(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'node_certs'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        indexes.sort();
+        assert_eq!(
+            indexes,
+            [
+                "node_certs_node",
+                "node_certs_revoked",
+                "node_certs_superseded",
+                "sqlite_autoindex_node_certs_1"
+            ]
+        );
+        conn.close().await.unwrap();
+    }
 
     /// Every file in a migrations directory is embedded, in order, with its own text.
     #[test]

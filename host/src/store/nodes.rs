@@ -6,6 +6,21 @@ use sqlx::any::AnyRow;
 use super::decode::{Fields, flag, json_list};
 use super::{NewNode, NewNodeCert, NodeCertRow, NodeRow, Revocation, StoreError, Tx};
 
+/// The key under which `node_certs` holds the certificate `der`, if `der` is one: its serial
+/// as this host writes it, the hex of the serial's 16 bytes (`pki::issue::new_serial`; DER
+/// keeps every byte, since the second bit of the first is always set). `None` for bytes that
+/// are no certificate, which this host never issued.
+///
+/// Why by serial and not by the DER's SHA-256: the serial starts with the time of issue, so
+/// the lookup uses the primary key, and the hash, a random key, needs no index. Its unique
+/// index took one random page of a large B-tree for every certificate issued, written to the
+/// WAL and again by the checkpoint (migration 9; docs/benchmarks.md, "A certificate's hash
+/// without its index"). The caller still compares the whole DER.
+pub(super) fn issued_serial(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(hex::encode(cert.raw_serial()))
+}
+
 /// The columns [`node`] reads.
 macro_rules! node_columns {
     () => {
@@ -223,8 +238,9 @@ impl Tx {
         Ok(self.execute(q).await? > 0)
     }
 
-    /// Records a certificate this host issued. Its DER is indexed by SHA-256, so a renewal
-    /// finds it by the exact bytes the client presented.
+    /// Records a certificate this host issued, keyed by its serial, so a renewal finds it by
+    /// the serial of the bytes the client presented ([`Tx::node_cert_by_der`]). Its DER's
+    /// SHA-256 is still written, unindexed, for replicas of the release before migration 9.
     pub async fn insert_node_cert(&mut self, c: &NewNodeCert) -> Result<(), StoreError> {
         let der_sha256 = Sha256::digest(&c.der);
         let sql = concat!(
@@ -236,19 +252,22 @@ impl Tx {
             .map(drop)
     }
 
-    /// The certificate whose DER is exactly `der`, if this host issued it.
+    /// The certificate whose DER is exactly `der`, if this host issued it. Found by the serial
+    /// `der` names ([`issued_serial`]), then compared whole.
     pub async fn node_cert_by_der(
         &mut self,
         der: &[u8],
     ) -> Result<Option<NodeCertRow>, StoreError> {
-        let der_sha256 = Sha256::digest(der);
+        let Some(serial) = issued_serial(der) else {
+            return Ok(None);
+        };
         let sql = concat!(
             "SELECT ",
             cert_columns!(),
-            " FROM node_certs WHERE der_sha256 = $1 AND der = $2"
+            " FROM node_certs WHERE serial = $1 AND der = $2"
         );
         let row = self
-            .fetch_optional(sqlx::query(sql).bind(&der_sha256[..]).bind(der))
+            .fetch_optional(sqlx::query(sql).bind(serial).bind(der))
             .await?;
         row.as_ref().map(cert).transpose()
     }

@@ -81,7 +81,7 @@ async fn migrations_apply_twice_idempotently() {
             .fetch_one(&mut *conn)
             .await
             .unwrap();
-        assert_eq!(applied.get::<i64, _>("n"), 8, "{:?}", t.db.backend());
+        assert_eq!(applied.get::<i64, _>("n"), 9, "{:?}", t.db.backend());
         let roots = sqlx::query("SELECT COUNT(*) AS n FROM tenants WHERE id = 'root'")
             .fetch_one(&mut *conn)
             .await
@@ -614,19 +614,20 @@ async fn nodes_and_certificates() {
             statements: vec!["urn:bc:tpm-ak:sha256:ab".into()],
             created_at: 30,
         };
-        tx.insert_node_cert(&cert("01", 1, vec![1, 2, 3]))
+        let (first, second) = (cert_der("01"), cert_der("02"));
+        tx.insert_node_cert(&cert("01", 1, first.clone()))
             .await
             .unwrap();
-        tx.insert_node_cert(&cert("02", 2, vec![4, 5, 6]))
+        tx.insert_node_cert(&cert("02", 2, second.clone()))
             .await
             .unwrap();
-        let found = tx.node_cert_by_der(&[1, 2, 3]).await.unwrap().unwrap();
+        let found = tx.node_cert_by_der(&first).await.unwrap().unwrap();
         assert_eq!(
             found,
             NodeCertRow {
                 serial: "01".into(),
                 node_id: "node_1".into(),
-                der: vec![1, 2, 3],
+                der: first.clone(),
                 generation: 1,
                 role: NodeRole::Node,
                 not_before: 10,
@@ -636,28 +637,35 @@ async fn nodes_and_certificates() {
                 created_at: 30,
             }
         );
-        assert!(tx.node_cert_by_der(&[1, 2]).await.unwrap().is_none());
-        assert!(tx.node_cert_by_der(&[]).await.unwrap().is_none());
+        // Found by the serial it names, but only as the very bytes issued: another certificate
+        // with the same serial (another key, as a forger would make it), a cut copy, or bytes
+        // that are no certificate, are not found.
+        for other in [cert_der("01"), first[..first.len() - 1].to_vec(), vec![]] {
+            assert!(tx.node_cert_by_der(&other).await.unwrap().is_none());
+        }
         assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 1);
         assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 0);
         assert_eq!(
-            tx.node_cert_by_der(&[1, 2, 3])
-                .await
-                .unwrap()
-                .unwrap()
-                .revoked,
+            tx.node_cert_by_der(&first).await.unwrap().unwrap().revoked,
             Some(Revocation::Superseded)
         );
         assert_eq!(
-            tx.node_cert_by_der(&[4, 5, 6])
-                .await
-                .unwrap()
-                .unwrap()
-                .revoked,
+            tx.node_cert_by_der(&second).await.unwrap().unwrap().revoked,
             None
         );
         tx.commit().await.unwrap();
     }
+}
+
+/// A certificate with serial `serial` (hex), self-signed by a fresh key: what
+/// [`Tx::node_cert_by_der`] finds by the serial it names.
+fn cert_der(serial: &str) -> Vec<u8> {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.serial_number = Some(rcgen::SerialNumber::from_slice(
+        &hex::decode(serial).unwrap(),
+    ));
+    params.self_signed(&key).unwrap().der().to_vec()
 }
 
 #[tokio::test]
