@@ -104,8 +104,8 @@ mod tests {
                 "cannot connect to the database: pool timed out while waiting for an open connection",
             ),
             (
-                StoreError::Migrate(sqlx::migrate::MigrateError::VersionMissing(3)),
-                "cannot migrate the database: migration 3 was previously applied but is missing in the resolved migrations",
+                StoreError::Migrate(sqlx::migrate::MigrateError::VersionMismatch(3)),
+                "cannot migrate the database: migration 3 was previously applied but has been modified",
             ),
             (
                 StoreError::Query(sqlx::Error::RowNotFound),

@@ -155,10 +155,40 @@ fn embedded(backend: Backend) -> &'static [Embedded] {
 
 /// Applies the migrations of `backend` that `conn`'s database has not applied yet.
 pub(super) async fn run(conn: &mut AnyConnection, backend: Backend) -> Result<(), StoreError> {
-    let migrator = Migrator::new(Source(embedded(backend)))
+    apply(conn, embedded(backend)).await
+}
+
+/// Applies the migrations of `list` that `conn`'s database has not applied yet.
+///
+/// A database may also hold migrations newer than `list`: a replica of the release before,
+/// restarted during a rolling upgrade (or a host rolled back), finds the ones its successor
+/// applied. sqlx refuses that by default; here the host starts on the newer schema, which
+/// migrations keep backward compatible within a release line (they are only added, never
+/// edited: README, "Upgrades"), and says so in its log. Every migration `list` knows must
+/// still be applied with the same text (sqlx compares checksums).
+async fn apply(conn: &mut AnyConnection, list: &'static [Embedded]) -> Result<(), StoreError> {
+    let mut migrator = Migrator::new(Source(list))
         .await
         .map_err(StoreError::Migrate)?;
-    migrator.run(conn).await.map_err(StoreError::Migrate)
+    migrator.set_ignore_missing(true);
+    migrator
+        .run(&mut *conn)
+        .await
+        .map_err(StoreError::Migrate)?;
+    let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(StoreError::Query)?;
+    let known = list.last().map_or(0, |m| m.version);
+    if let Some(newest) = newest.filter(|&newest| newest > known) {
+        tracing::warn!(
+            database = newest,
+            this_binary = known,
+            "the database has migrations this binary does not know (a newer release applied \
+             them): running on its newer schema"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -247,6 +277,35 @@ mod tests {
                 "node_certs_superseded",
                 "sqlite_autoindex_node_certs_1"
             ]
+        );
+        conn.close().await.unwrap();
+    }
+
+    /// A host of the release before, restarted on a database a newer one migrated (a rolling
+    /// upgrade, a rollback), starts on the newer schema; one whose migration text differs
+    /// from what the database applied is still refused.
+    #[tokio::test]
+    async fn an_older_release_starts_on_a_newer_schema_but_not_on_an_edited_one() {
+        use sqlx::Connection as _;
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = super::super::sqlite_url(&dir.path().join("m.db")).unwrap();
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        run(&mut conn, Backend::Sqlite).await.unwrap();
+        apply(&mut conn, &SQLITE[..SQLITE.len() - 1]).await.unwrap();
+        apply(&mut conn, &[]).await.unwrap();
+        static EDITED: &[Embedded] = &[Embedded {
+            version: 1,
+            description: "init",
+            sql: "SELECT 1",
+        }];
+        let refused = apply(&mut conn, EDITED).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                StoreError::Migrate(sqlx::migrate::MigrateError::VersionMismatch(1))
+            ),
+            "{refused:?}"
         );
         conn.close().await.unwrap();
     }
