@@ -258,6 +258,8 @@ enum Read<'a> {
     Index { index: &'a str, equal: usize },
     /// One row, by its rowid.
     Row,
+    /// One end of an index, for a `MIN` or `MAX` (`SEARCH t USING INDEX i`, no terms): one row.
+    End,
 }
 
 /// The table (or alias) a line of a plan reads, and how; none for a line that reads no table
@@ -278,6 +280,9 @@ fn read_of(detail: &str) -> Option<(&str, Read<'_>)> {
         return Some((name, Read::Row));
     }
     let how = how.strip_prefix("COVERING ").unwrap_or(how);
+    if how.strip_prefix("INDEX ").is_some_and(|i| !i.contains(' ')) {
+        return Some((name, Read::End));
+    }
     let (index, terms) = how
         .strip_prefix("INDEX ")
         .and_then(|how| how.split_once(" ("))
@@ -312,6 +317,10 @@ fn a_plan_line_says_how_it_reads() {
     assert_eq!(
         read_of("SEARCH t USING INTEGER PRIMARY KEY (rowid=?)"),
         Some(("t", Read::Row))
+    );
+    assert_eq!(
+        read_of("SEARCH _sqlx_migrations USING COVERING INDEX sqlite_autoindex__sqlx_migrations_1"),
+        Some(("_sqlx_migrations", Read::End))
     );
     assert_eq!(
         read_of("SEARCH node_certs USING INDEX node_certs_revoked (revoked=?)"),
@@ -422,7 +431,7 @@ async fn sqlite_joins_and_renewals_plan_no_whole_read_of_a_large_table() {
                 Read::Index { index, equal } if FILLED.iter().any(|(t, _)| t == table) => {
                     lookups.push((index.to_owned(), equal, format!("{detail}: {sql}")));
                 }
-                Read::Index { .. } | Read::Row => {}
+                Read::Index { .. } | Read::Row | Read::End => {}
             }
         }
         for (table, _) in FILLED {
