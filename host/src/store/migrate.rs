@@ -195,16 +195,22 @@ async fn apply(conn: &mut AnyConnection, list: &'static [Embedded]) -> Result<()
 mod tests {
     use super::*;
 
+    /// A connection to a new, unmigrated SQLite file, and the directory that holds it.
+    async fn scratch_sqlite() -> (tempfile::TempDir, AnyConnection) {
+        use sqlx::Connection as _;
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = super::super::sqlite_url(&dir.path().join("m.db")).unwrap();
+        (dir, AnyConnection::connect(&url).await.unwrap())
+    }
+
     /// Migration 9 makes SQLite's `node_certs` again without the hash's unique index: every
     /// certificate comes through whole, in every column a migration before it added, and the
     /// table keeps its other indexes and constraints.
     #[tokio::test]
     async fn sqlite_migration_9_copies_every_certificate_whole() {
         use sqlx::{Connection as _, Executor as _, Row as _};
-        sqlx::any::install_default_drivers();
-        let dir = tempfile::tempdir().unwrap();
-        let url = super::super::sqlite_url(&dir.path().join("m.db")).unwrap();
-        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        let (_dir, mut conn) = scratch_sqlite().await;
         conn.execute("PRAGMA foreign_keys = ON").await.unwrap();
         let before = Migrator::new(Source(&SQLITE[..8])).await.unwrap();
         before.run(&mut conn).await.unwrap();
@@ -287,10 +293,7 @@ mod tests {
     #[tokio::test]
     async fn an_older_release_starts_on_a_newer_schema_but_not_on_an_edited_one() {
         use sqlx::Connection as _;
-        sqlx::any::install_default_drivers();
-        let dir = tempfile::tempdir().unwrap();
-        let url = super::super::sqlite_url(&dir.path().join("m.db")).unwrap();
-        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        let (_dir, mut conn) = scratch_sqlite().await;
         run(&mut conn, Backend::Sqlite).await.unwrap();
         apply(&mut conn, &SQLITE[..SQLITE.len() - 1]).await.unwrap();
         apply(&mut conn, &[]).await.unwrap();
