@@ -188,6 +188,14 @@ async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
         token_id: Some(token.to_owned()),
         payload: serde_json::json!({ "attestor": "join-token" }),
     };
+    // On PostgreSQL a reading of the server's clock answers for a second; when it had to be
+    // read again, `now` was this transaction's first statement, and JoinService writes the
+    // admission as statements of an open transaction instead (`imports::staged`), as here.
+    if !tx.admits_in_one_statement() {
+        tx.insert_node_with_cert(&new_node, &cert).await?;
+        tx.spend_token_recording(token, &audit, &event).await?;
+        return Ok(tx.commit().await?);
+    }
     let admitted = tx
         .admit_in_one_statement(&(&seen).into(), &new_node, &cert, &audit, &event)
         .await?;
