@@ -288,15 +288,38 @@ mod tests {
     }
 
     /// A host of the release before, restarted on a database a newer one migrated (a rolling
-    /// upgrade, a rollback), starts on the newer schema; one whose migration text differs
-    /// from what the database applied is still refused.
+    /// upgrade, a rollback), starts on the newer schema and warns that it does (and a host of
+    /// this release on its own schema does not); one whose migration text differs from what
+    /// the database applied is still refused.
     #[tokio::test]
     async fn an_older_release_starts_on_a_newer_schema_but_not_on_an_edited_one() {
         use sqlx::Connection as _;
         let (_dir, mut conn) = scratch_sqlite().await;
+        // This test's thread's events (a current-thread runtime: `apply` runs here).
+        let log = Log::default();
+        let _guard = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(log.clone())
+                .with_ansi(false)
+                .finish(),
+        );
+        let newest = SQLITE.len();
         run(&mut conn, Backend::Sqlite).await.unwrap();
-        apply(&mut conn, &SQLITE[..SQLITE.len() - 1]).await.unwrap();
+        run(&mut conn, Backend::Sqlite).await.unwrap();
+        assert_eq!(log.take(), "", "the binary's own schema: no warning");
+        apply(&mut conn, &SQLITE[..newest - 1]).await.unwrap();
+        let said = log.take();
+        assert!(
+            said.contains("WARN")
+                && said.contains("a newer release applied them")
+                && said.contains(&format!("database={newest} this_binary={}", newest - 1)),
+            "{said}"
+        );
         apply(&mut conn, &[]).await.unwrap();
+        assert!(
+            log.take()
+                .contains(&format!("database={newest} this_binary=0")),
+        );
         static EDITED: &[Embedded] = &[Embedded {
             version: 1,
             description: "init",
@@ -311,6 +334,36 @@ mod tests {
             "{refused:?}"
         );
         conn.close().await.unwrap();
+    }
+
+    /// What a `tracing` subscriber wrote, kept to be read back.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Log {
+        /// What was written since the last take.
+        fn take(&self) -> String {
+            String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+        }
+    }
+
+    impl std::io::Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl tracing_subscriber::fmt::MakeWriter<'_> for Log {
+        type Writer = Log;
+
+        fn make_writer(&self) -> Log {
+            self.clone()
+        }
     }
 
     /// Every file in a migrations directory is embedded, in order, with its own text.
