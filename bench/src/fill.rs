@@ -57,7 +57,9 @@ async fn batch(db: &Db, rows: std::ops::Range<usize>) -> anyhow::Result<()> {
     for i in rows {
         let node_id = new_id("node_");
         tx.insert_node(&root_node(node_id.clone(), now)).await?;
-        // A certificate's size; unique, as rows are by their DER's hash.
+        // A certificate's size, not a certificate: since migration 9 a certificate is found by
+        // the serial its DER names, so no lookup finds these rows by their DER (no join or
+        // renewal measured presents one); the serial is the row's key.
         let mut der = format!("fill {i:08}").into_bytes();
         der.resize(600, 0x30);
         tx.insert_node_cert(&NewNodeCert {

@@ -149,7 +149,7 @@ async fn one_join(db: &Db, token: &str) -> anyhow::Result<()> {
     let now = tx.now().await?;
     // Keys made as the host makes them, so they land in the indexes where the host's do.
     let node = new_id("node_");
-    // A certificate's size, distinct per join (rows are unique by the DER's hash).
+    // A certificate's size, distinct per join; the serial is the row's key.
     let serial = new_serial()?.1;
     let mut der = serial.clone().into_bytes();
     der.resize(600, 0x30);
