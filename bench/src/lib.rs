@@ -528,33 +528,28 @@ struct Shape {
 /// A join's request made ahead of its run's clock ([`Requests::Prepared`]), and what the
 /// agent checks its response against.
 struct Prepared {
-    request: gatehouse_proto::JoinRequest,
-    csr_sha256: [u8; 32],
+    round: gatehouse_agent::FirstRound,
     spki: Vec<u8>,
 }
 
 impl Prepared {
-    /// A token join's first round as [`gatehouse_agent::join`] makes it: a fresh node key, its
-    /// CSR, and `token` sealed to the host for that CSR.
+    /// A token join's first round as [`gatehouse_agent::join`] makes it
+    /// ([`gatehouse_agent::first_round`]): a fresh node key, its CSR, and `token` sealed to the
+    /// host for that CSR.
     fn new(
         trust: &gatehouse_proto::JoinTrust,
         token: &gatehouse_proto::TokenString,
     ) -> anyhow::Result<Self> {
         let key = gatehouse_agent::NodeKey::generate()?;
-        let csr = gatehouse_agent::build_csr(&key)?;
-        let csr_sha256: [u8; 32] = Sha256::digest(&csr).into();
-        let sealed = gatehouse_proto::seal_token(&trust.join_encryption_key, token, &csr_sha256)?;
+        let round = gatehouse_agent::first_round(
+            trust,
+            &mut gatehouse_agent::TokenProducer::new(gatehouse_proto::Role::Node),
+            Some(token),
+            &key,
+            &gatehouse_agent::JoinOptions::default(),
+        )?;
         Ok(Self {
-            request: gatehouse_proto::JoinRequest {
-                attestor: gatehouse_agent::JOIN_TOKEN.into(),
-                role: gatehouse_proto::Role::Node,
-                sealed_token: Some(sealed),
-                attestation: Vec::new(),
-                csr,
-                claims: gatehouse_proto::Claims::default(),
-                round: 1,
-            },
-            csr_sha256,
+            round,
             spki: key.spki_der(),
         })
     }
@@ -566,7 +561,8 @@ impl Prepared {
         trust: &gatehouse_proto::JoinTrust,
         response: &gatehouse_proto::JoinResponse,
     ) -> anyhow::Result<()> {
-        match gatehouse_agent::verify_response(trust, response, &self.csr_sha256, &self.spki)? {
+        let csr_sha256 = &self.round.csr_sha256;
+        match gatehouse_agent::verify_response(trust, response, csr_sha256, &self.spki)? {
             gatehouse_agent::Verified::Joined { .. } => Ok(()),
             _ => anyhow::bail!("a prepared token join was deferred, not admitted"),
         }
@@ -766,7 +762,7 @@ async fn joins_per_second(
                 match join {
                     Join::Live(token) => agent_join(&client, &trust, &token).await?,
                     Join::Prepared(prepared) => {
-                        let response = client.send(&prepared.request).await?;
+                        let response = client.send(&prepared.round.request).await?;
                         unchecked.push((prepared, response));
                     }
                 }

@@ -358,6 +358,48 @@ async fn round_retrying(
     }
 }
 
+/// A join's first round as [`join`] sends it, and the SHA-256 of its CSR, which the host's
+/// signed answer must name ([`verify_response`]).
+#[derive(Debug, Clone)]
+pub struct FirstRound {
+    /// The request; a later round is the same request with its round and evidence changed.
+    pub request: JoinRequest,
+    /// The SHA-256 of `request.csr`.
+    pub csr_sha256: [u8; 32],
+}
+
+/// The first round of a join with `key`: one CSR for the whole join, the token (if any) sealed
+/// to the pinned JoinService key for that CSR, and `producer`'s evidence. [`join`] sends it; a
+/// caller that drives the rounds itself (a load generator making its requests ahead) sends it
+/// with [`JoinClient::send`] and checks the answer with [`verify_response`].
+pub fn first_round(
+    trust: &JoinTrust,
+    producer: &mut dyn EvidenceProducer,
+    token: Option<&TokenString>,
+    key: &NodeKey,
+    options: &JoinOptions,
+) -> Result<FirstRound, JoinError> {
+    let csr = build_csr(key)?;
+    let csr_sha256 = sha256(&csr);
+    // Sealed once: the seal binds the CSR, which does not change across rounds.
+    let sealed_token = token
+        .map(|t| seal_token(&trust.join_encryption_key, t, &csr_sha256))
+        .transpose()?;
+    let request = JoinRequest {
+        attestor: producer.attestor().to_owned(),
+        role: producer.role(),
+        sealed_token,
+        attestation: producer.evidence(&csr)?,
+        csr,
+        claims: options.claims.clone(),
+        round: 1,
+    };
+    Ok(FirstRound {
+        request,
+        csr_sha256,
+    })
+}
+
 async fn run(
     mut transport: impl Transport,
     trust: &JoinTrust,
@@ -366,22 +408,11 @@ async fn run(
     key: &NodeKey,
     options: &JoinOptions,
 ) -> Result<Joined, JoinError> {
-    let csr = build_csr(key)?;
-    let csr_sha256 = sha256(&csr);
+    let FirstRound {
+        mut request,
+        csr_sha256,
+    } = first_round(trust, producer, token, key, options)?;
     let spki = key.spki_der();
-    // Sealed once: the seal binds the CSR, which does not change across rounds.
-    let sealed_token = token
-        .map(|t| seal_token(&trust.join_encryption_key, t, &csr_sha256))
-        .transpose()?;
-    let mut request = JoinRequest {
-        attestor: producer.attestor().to_owned(),
-        role: producer.role(),
-        sealed_token,
-        attestation: producer.evidence(&csr)?,
-        csr: csr.clone(),
-        claims: options.claims.clone(),
-        round: 1,
-    };
     let mut challenges = 0;
     loop {
         let response = round_retrying(&mut transport, &request).await?;
@@ -419,7 +450,7 @@ async fn run(
                         challenged: c.attestor,
                     });
                 }
-                request.attestation = producer.answer(&c, &csr)?;
+                request.attestation = producer.answer(&c, &request.csr)?;
             }
         }
         request.round = request.round.saturating_add(1);

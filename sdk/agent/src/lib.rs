@@ -41,8 +41,8 @@ mod x509pop;
 
 pub use cert::{CertError, NodeCert, ak_name};
 pub use client::{
-    JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER, error_line,
-    is_tls_trust_error, join,
+    FirstRound, JoinClient, JoinError, JoinOptions, Joined, MAX_CHALLENGES, MAX_RETRY_AFTER,
+    error_line, first_round, is_tls_trust_error, join,
 };
 pub use cloud_iid::{CloudIidProducer, DocumentError};
 pub use doctor::{Check, TPM_DEVICE, can_open_device, doctor, host_has_tpm, revocation_check};
