@@ -282,7 +282,11 @@ async fn lookup(
     tx: &mut Tx,
     leaf: &[u8],
 ) -> Result<Option<(NodeCertRow, Option<NodeRow>, i64)>, Stop> {
-    let Some(first) = cert_row(tx, leaf).await? else {
+    let Some(first) = tx
+        .node_cert_by_der(leaf)
+        .await
+        .map_err(storage("node_cert"))?
+    else {
         return Ok(None);
     };
     // Locked (FOR UPDATE on Postgres; SQLite serialises writers), so an operator's retire,
@@ -298,17 +302,15 @@ async fn lookup(
     tx.settle_superseded(Some(&first.node_id))
         .await
         .map_err(storage("settle superseded"))?;
-    let Some(cert) = cert_row(tx, leaf).await? else {
+    let Some(cert) = tx
+        .node_cert(&first.serial, leaf)
+        .await
+        .map_err(storage("node_cert"))?
+    else {
         return Ok(None);
     };
     let now = tx.now().await.map_err(storage("now"))?;
     Ok(Some((cert, node, now)))
-}
-
-async fn cert_row(tx: &mut Tx, leaf: &[u8]) -> Result<Option<NodeCertRow>, Stop> {
-    tx.node_cert_by_der(leaf)
-        .await
-        .map_err(storage("node_cert"))
 }
 
 #[cfg(test)]

@@ -128,7 +128,7 @@ async fn site_node(
     };
     let node = tx.lock_node(&first.node_id).await?;
     // Read again under the lock (see `join::renew::lookup`).
-    let Some(cert) = tx.node_cert_by_der(leaf).await? else {
+    let Some(cert) = tx.node_cert(&first.serial, leaf).await? else {
         return Ok(Err((SiteRefusal::UnknownCertificate, node)));
     };
     let now = tx.now().await?;

@@ -261,6 +261,16 @@ impl Tx {
         let Some(serial) = issued_serial(der) else {
             return Ok(None);
         };
+        self.node_cert(&serial, der).await
+    }
+
+    /// The certificate of serial `serial` if its DER is exactly `der`: a certificate found
+    /// by its DER ([`Tx::node_cert_by_der`]) read again, without parsing `der` again.
+    pub async fn node_cert(
+        &mut self,
+        serial: &str,
+        der: &[u8],
+    ) -> Result<Option<NodeCertRow>, StoreError> {
         let sql = concat!(
             "SELECT ",
             cert_columns!(),

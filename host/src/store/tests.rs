@@ -642,7 +642,12 @@ async fn nodes_and_certificates() {
         // that are no certificate, are not found.
         for other in [cert_der("01"), first[..first.len() - 1].to_vec(), vec![]] {
             assert!(tx.node_cert_by_der(&other).await.unwrap().is_none());
+            assert!(tx.node_cert("01", &other).await.unwrap().is_none());
         }
+        // Read again by the serial found, as a renewal does under its lock: the same row, and
+        // only under its own serial.
+        assert_eq!(tx.node_cert("01", &first).await.unwrap(), Some(found));
+        assert!(tx.node_cert("02", &first).await.unwrap().is_none());
         assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 1);
         assert_eq!(tx.revoke_node_certs_below("node_1", 2).await.unwrap(), 0);
         assert_eq!(
