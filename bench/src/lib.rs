@@ -30,14 +30,20 @@
 //!   (`cloud_iid_configure_us_native` vs `cloud_iid_from_prepared_us_native`): see
 //!   [`cloud_iid`].
 //!
+//! - `joins_<backend>.lookup_us`: the host's hot reads of a node's rows (its certificate by the
+//!   DER presented, the node, its certificates, its token, its binding, the CRL) timed alone,
+//!   each of a filled row: see [`lookups`].
+//!
 //! With `--nodes N`, every run of a backend starts from a copy of one database already holding
-//! N nodes, certificates, bindings and tokens ([`fill`]).
+//! N nodes, certificates, bindings and tokens ([`fill`]); without, the lookups are of
+//! [`fill::SAMPLES`] rows written for them.
 
 mod attestor_call;
 mod cloud_iid;
 mod cpu;
 pub mod fill;
 mod limits;
+mod lookups;
 mod memory;
 mod tpm_verify;
 
@@ -196,10 +202,11 @@ enum Template {
 }
 
 impl Backend {
-    /// A template holding `nodes` filled nodes ([`fill`]), or [`Template::Empty`] for none.
-    async fn template(&self, nodes: usize) -> anyhow::Result<Template> {
+    /// A template holding `nodes` filled nodes ([`fill`]) and a sample of them to look up, or
+    /// [`Template::Empty`] and no sample for none.
+    async fn template(&self, nodes: usize) -> anyhow::Result<(Template, Vec<fill::Sample>)> {
         if nodes == 0 {
-            return Ok(Template::Empty);
+            return Ok((Template::Empty, Vec::new()));
         }
         let filled = async |url: &str| {
             let db = gatehouse::store::Db::connect(url).await?;
@@ -212,8 +219,8 @@ impl Backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir()?;
                 let path = dir.path().join("template.db");
-                filled(&gatehouse::store::sqlite_url(&path)?).await?;
-                Ok(Template::Sqlite { path, _dir: dir })
+                let sample = filled(&gatehouse::store::sqlite_url(&path)?).await?;
+                Ok((Template::Sqlite { path, _dir: dir }, sample))
             }
             Backend::Postgres { admin_url } => {
                 use sqlx::Connection as _;
@@ -233,19 +240,21 @@ impl Backend {
                     file_copy: version >= 150_000,
                 };
                 let result = async {
-                    filled(&url).await?;
+                    let sample = filled(&url).await?;
                     // Statistics, as a database this size would have: the clones copy them.
                     let mut conn = sqlx::PgConnection::connect(&url).await?;
                     sqlx::query("ANALYZE").execute(&mut conn).await?;
                     conn.close().await?;
-                    anyhow::Ok(())
+                    anyhow::Ok(sample)
                 }
                 .await;
-                if let Err(e) = result {
-                    self.drop_template(template).await;
-                    return Err(e);
+                match result {
+                    Ok(sample) => Ok((template, sample)),
+                    Err(e) => {
+                        self.drop_template(template).await;
+                        Err(e)
+                    }
                 }
-                Ok(template)
             }
         }
     }
@@ -338,20 +347,20 @@ async fn backend_figures(
     crypto: &limits::Crypto,
     compiled: &Path,
 ) -> anyhow::Result<BackendFigures> {
-    let template = backend
+    let (template, sample) = backend
         .template(args.nodes)
         .await
         .with_context(|| format!("filling a template with {} nodes", args.nodes))?;
-    let figures = runs(backend, &template, args, crypto, compiled).await;
+    let figures = runs(backend, (&template, &sample), args, crypto, compiled).await;
     backend.drop_template(template).await;
     figures
 }
 
 /// [`backend_figures`]' runs, each on a database made from `template`, each host loading its
-/// compiled attestors from `compiled`.
+/// compiled attestors from `compiled`; the lookups of `sample`, rows of the template.
 async fn runs(
     backend: &Backend,
-    template: &Template,
+    (template, sample): (&Template, &[fill::Sample]),
     args: &BenchArgs,
     crypto: &limits::Crypto,
     compiled: &Path,
@@ -406,20 +415,27 @@ async fn runs(
     runs.insert("prepared".into(), prepared.json(crypto));
     let db_limit = backend
         .fresh(template, async |url| {
-            let dir = tempfile::tempdir()?;
-            let url = match url {
-                Some(url) => url,
-                None => gatehouse::store::sqlite_url(&dir.path().join("limit.db"))?,
-            };
-            let db = gatehouse::store::Db::connect(&url).await?;
-            db.migrate().await?;
-            let rate = limits::database(&db, args.joins, 16).await;
-            db.close().await;
-            rate
+            on_store(url, async |db| limits::database(db, args.joins, 16).await).await
         })
         .await
         .context("the database limit")?;
     runs.insert("db_limit_joins_per_s".into(), round1(db_limit).into());
+    let lookups = backend
+        .fresh(template, async |url| {
+            on_store(url, async |db| {
+                // With nothing filled, rows of the run's own to look up: an empty database's
+                // figure is of [`fill::SAMPLES`] rows.
+                if sample.is_empty() {
+                    let own = fill::fill(db, fill::SAMPLES).await?;
+                    return lookups::measure(db, &own).await;
+                }
+                lookups::measure(db, sample).await
+            })
+            .await
+        })
+        .await
+        .context("the lookups")?;
+    runs.insert("lookup_us".into(), lookups.json());
     let fraction = |v: &serde_json::Value| v["joins_per_s"].as_f64().unwrap_or(0.0);
     let best = runs.get("distinct_16").map(fraction).unwrap_or(0.0);
     runs.insert(
@@ -439,6 +455,24 @@ async fn runs(
         headline_prepared: prepared.joins_per_s,
         detail: runs.into(),
     })
+}
+
+/// Runs `run` on the host's store over the database at `url` (migrated), or over a SQLite file
+/// of its own for `None`: the benchmark's runs that time the store without a host.
+async fn on_store<T>(
+    url: Option<String>,
+    run: impl AsyncFnOnce(&gatehouse::store::Db) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let dir = tempfile::tempdir()?;
+    let url = match url {
+        Some(url) => url,
+        None => gatehouse::store::sqlite_url(&dir.path().join("store.db"))?,
+    };
+    let db = gatehouse::store::Db::connect(&url).await?;
+    db.migrate().await?;
+    let result = run(&db).await;
+    db.close().await;
+    result
 }
 
 /// A first join round for `attestor` as the call benchmarks hand it to a component: the
