@@ -33,9 +33,11 @@ pub const BINDING_KIND: &str = "fill";
 /// One filled node's keys: what a renewal, an operator or an attestor finds its rows by.
 #[derive(Debug, Clone)]
 pub struct Sample {
+    /// Its id.
     pub node_id: String,
     /// Its certificate, exactly as issued (a renewal finds the row by these bytes).
     pub cert_der: Vec<u8>,
+    /// The id of its spent token.
     pub token_id: String,
     /// Its binding's value, of kind [`BINDING_KIND`].
     pub binding: String,
