@@ -9,8 +9,8 @@
 //! that finds nothing or another row fails the run, so a fast figure cannot come from a miss.
 //!
 //! A rate from [`TASKS`] tasks at once, not one lookup's latency: timed one after another on
-//! this VM, a lookup's time was mostly its two threads waking each other (10–13 µs a lookup
-//! while the cores were busy from the fill before it, 56–76 µs once they idled between
+//! this VM, a lookup's time was mostly its two threads waking each other (7–14 µs a lookup
+//! while the cores were busy from the fill before it, 56–73 µs once they idled between
 //! lookups, in one run of the same rows), which says nothing about the tables.
 
 use std::sync::Arc;
