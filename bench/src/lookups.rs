@@ -109,20 +109,23 @@ impl Lookups {
 pub(super) async fn measure(db: &Db, sample: &[Sample]) -> anyhow::Result<Lookups> {
     anyhow::ensure!(!sample.is_empty(), "no filled rows to look up");
     let now = db.read().await?.now().await?;
+    // Copied once for the tasks; each kind's order is of indexes into it.
+    let sample: Arc<[Sample]> = sample.into();
     let mut rates = [0.0; Lookup::ALL.len()];
     for (lookup, rate) in Lookup::ALL.into_iter().zip(&mut rates) {
-        let mut order: Vec<Sample> = (0..ROUNDS).flat_map(|_| sample.iter().cloned()).collect();
+        let mut order: Vec<usize> = (0..ROUNDS).flat_map(|_| 0..sample.len()).collect();
         order.shuffle(&mut rand::rng());
-        let order = Arc::new(order);
+        let order: Arc<[usize]> = order.into();
         let next = Arc::new(AtomicUsize::new(0));
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..TASKS {
-            let (db, order, next) = (db.clone(), order.clone(), next.clone());
+            let (db, sample, order, next) =
+                (db.clone(), sample.clone(), order.clone(), next.clone());
             tasks.spawn(async move {
                 let mut tx = db.read().await?;
-                while let Some(s) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    lookup.run(&mut tx, s, now).await?;
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    lookup.run(&mut tx, &sample[i], now).await?;
                 }
                 anyhow::Ok(())
             });
