@@ -33,6 +33,8 @@
 //! - `joins_<backend>.lookups_per_s`: the host's hot reads of a node's rows (its certificate by
 //!   the DER presented, the node, its certificates, its token, its binding, the CRL) alone, each
 //!   of a filled row, 8 at once: see [`lookups`].
+//! - `joins_<backend>.renew_16`: renewals a second and their p50/p99, end to end over mTLS
+//!   from 16 agents, each renewal a node's first: see [`renewals`].
 //!
 //! With `--nodes N`, every run of a backend starts from a copy of one database already holding
 //! N nodes, certificates, bindings and tokens ([`fill`]); without, the lookups are of
@@ -45,6 +47,7 @@ pub mod fill;
 mod limits;
 mod lookups;
 mod memory;
+mod renewals;
 mod tpm_verify;
 
 use std::panic::AssertUnwindSafe;
@@ -455,6 +458,13 @@ async fn runs(
         .await
         .context("the lookups")?;
     runs.insert("lookups_per_s".into(), lookups.json());
+    let renewals = backend
+        .fresh(template, async |url| {
+            renewals::measure(url, args.joins, compiled).await
+        })
+        .await
+        .context("the renewals")?;
+    runs.insert("renew_16".into(), renewals.json());
     let fraction = |v: &serde_json::Value| v["joins_per_s"].as_f64().unwrap_or(0.0);
     let best = runs.get("distinct_16").map(fraction).unwrap_or(0.0);
     runs.insert(
@@ -524,6 +534,12 @@ fn median(mut samples: Vec<Duration>) -> f64 {
     samples
         .get(samples.len() / 2)
         .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+/// The `q` quantile of `sorted` (ascending); zero for none.
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    let at = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(at).copied().unwrap_or_default()
 }
 
 fn round2(v: f64) -> f64 {
@@ -691,10 +707,92 @@ impl Run {
 /// The name of the benchmark's agent threads (Linux keeps 15 bytes of it).
 const AGENT_THREADS: &str = "bench-agent";
 
-/// Starts a dev host (SQLite, or `database_url`; its compiled attestors cached in
-/// `compiled`), mints `joins` single-use tokens (or one token of `joins` uses) and lets
-/// `shape.agents` concurrent agents, placed and holding their requests as `shape` says, spend
-/// them.
+/// A dev host started for one run, and what its agents need to reach it.
+struct Host {
+    running: app::Running,
+    /// The trust an agent pins (the host's join key and CAs).
+    trust: gatehouse_proto::JoinTrust,
+    /// Its API's HTTPS URL.
+    url: String,
+    /// Whether its PostgreSQL server runs on this machine, so its processes' CPU is the run's.
+    server_here: bool,
+    /// Its configuration and data (removed with it).
+    _dir: tempfile::TempDir,
+}
+
+impl Host {
+    /// Starts a dev host (SQLite, or `database_url`; its compiled attestors cached in
+    /// `compiled`), configured as every run's and then as `configure` says.
+    async fn start(
+        database_url: Option<String>,
+        compiled: &Path,
+        configure: impl FnOnce(&mut Config),
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let files = app::dev::prepare(dir.path(), "127.0.0.1:0")?;
+        let mut config = Config::load(&files.config)?;
+        // The server's processes are read only where the URL names this machine: another
+        // server's name there would count a local one that took no part.
+        let server_here = database_url.as_deref().is_some_and(on_this_machine);
+        config.database_url = database_url;
+        config.runtime.cache_dir = Some(compiled.to_owned());
+        // Every agent joins from loopback, one source: its join rate and connection limits
+        // would measure themselves (64 agents at the default 64 connections per source lost a
+        // handshake now and then when a connection closed and reopened at once).
+        config.limits.join_rate_per_second = 0.0;
+        config.limits.max_connections_per_source = config.limits.max_connections;
+        configure(&mut config);
+        let running = app::start(&config).await?;
+        let trust = serde_json::from_str(&std::fs::read_to_string(&files.join_trust)?)?;
+        let url = format!("https://localhost:{}", running.server.addr.port());
+        Ok(Self {
+            running,
+            trust,
+            url,
+            server_here,
+            _dir: dir,
+        })
+    }
+
+    /// Mints `count` node tokens of `uses` uses each, valid for an hour.
+    async fn mint(
+        &self,
+        count: usize,
+        uses: u32,
+    ) -> anyhow::Result<Vec<gatehouse_proto::TokenString>> {
+        let mut tokens = Vec::with_capacity(count);
+        let mut tx = self.running.db.begin().await?;
+        let now = tx.now().await?;
+        for i in 0..count {
+            let secret: [u8; 32] = rand::random();
+            let id = format!("tok_bench{i:08}");
+            tx.insert_token(&NewToken {
+                id: id.clone(),
+                role: TokenRole::Node,
+                secret_sha256: Sha256::digest(secret).into(),
+                tenant_id: "root".into(),
+                pool_id: None,
+                site_id: None,
+                expires_at: now + 3_600_000,
+                uses,
+                expect: TokenExpect::default(),
+                reclaim: false,
+                created_at: now,
+            })
+            .await?;
+            tokens.push(gatehouse_proto::TokenString {
+                id,
+                secret: secret.to_vec(),
+            });
+        }
+        tx.commit().await?;
+        Ok(tokens)
+    }
+}
+
+/// Starts a dev host ([`Host::start`]), mints `joins` single-use tokens (or one token of
+/// `joins` uses) and lets `shape.agents` concurrent agents, placed and holding their requests
+/// as `shape` says, spend them.
 ///
 /// Each agent first joins once untimed, on a token of its own (or a use of the shared one), and
 /// the clock starts when all have: the figures are the steady state of agents that keep their
@@ -713,54 +811,19 @@ async fn joins_per_second(
         placed,
         requests,
     } = shape;
-    let dir = tempfile::tempdir()?;
-    let files = app::dev::prepare(dir.path(), "127.0.0.1:0")?;
-    let mut config = Config::load(&files.config)?;
-    // The server's processes are read only where the URL names this machine: another server's
-    // name there would count a local one that took no part.
-    let server_here = database_url.as_deref().is_some_and(on_this_machine);
-    config.database_url = database_url;
-    config.runtime.cache_dir = Some(compiled.to_owned());
-    // Every agent joins from loopback, one source: its join rate and connection limits would
-    // measure themselves (64 agents at the default 64 connections per source lost a handshake
-    // now and then when a connection closed and reopened at once).
-    config.limits.join_rate_per_second = 0.0;
-    config.limits.max_connections_per_source = config.limits.max_connections;
-    let running = app::start(&config).await?;
-    let trust: gatehouse_proto::JoinTrust =
-        serde_json::from_str(&std::fs::read_to_string(&files.join_trust)?)?;
-    let url = format!("https://localhost:{}", running.server.addr.port());
+    let host = Host::start(database_url, compiled, |_| {}).await?;
+    let (trust, server_here) = (host.trust.clone(), host.server_here);
 
     // The agents' warm-up joins spend tokens too.
     let spent = joins + agents;
-    let mut tokens = Vec::with_capacity(spent);
-    let mut tx = running.db.begin().await?;
-    let now = tx.now().await?;
     let distinct = if shared == Tokens::Shared { 1 } else { spent };
-    for i in 0..distinct {
-        let secret: [u8; 32] = rand::random();
-        let id = format!("tok_bench{i:08}");
-        tx.insert_token(&NewToken {
-            id: id.clone(),
-            role: TokenRole::Node,
-            secret_sha256: Sha256::digest(secret).into(),
-            tenant_id: "root".into(),
-            pool_id: None,
-            site_id: None,
-            expires_at: now + 3_600_000,
-            uses: u32::try_from(spent / distinct).unwrap_or(u32::MAX),
-            expect: TokenExpect::default(),
-            reclaim: false,
-            created_at: now,
-        })
+    let minted = host
+        .mint(
+            distinct,
+            u32::try_from(spent / distinct).unwrap_or(u32::MAX),
+        )
         .await?;
-        tokens.push(gatehouse_proto::TokenString {
-            id,
-            secret: secret.to_vec(),
-        });
-    }
-    let mut tokens: Vec<_> = (0..spent).map(|i| tokens[i % distinct].clone()).collect();
-    tx.commit().await?;
+    let mut tokens: Vec<_> = (0..spent).map(|i| minted[i % distinct].clone()).collect();
     let warm_up: Vec<_> = tokens.split_off(joins);
     // Made here, before the agents start: about 0.2 ms of crypto a join, untimed.
     let timed: Vec<Join> = match requests {
@@ -771,7 +834,7 @@ async fn joins_per_second(
             .collect::<anyhow::Result<_>>()?,
     };
 
-    let client = gatehouse_agent::JoinClient::new(&url, &trust)?;
+    let client = gatehouse_agent::JoinClient::new(&host.url, &trust)?;
     let queue = Arc::new(std::sync::Mutex::new(timed));
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(joins)));
     let agent_threads = match placed {
@@ -813,7 +876,9 @@ async fn joins_per_second(
                 };
                 let began = Instant::now();
                 match join {
-                    Join::Live(token) => agent_join(&client, &trust, &token).await?,
+                    Join::Live(token) => {
+                        agent_join(&client, &trust, &token).await?;
+                    }
                     Join::Prepared(prepared) => {
                         let response = client.send(&prepared.round.request).await?;
                         unchecked.push((prepared, response));
@@ -830,14 +895,14 @@ async fn joins_per_second(
     warmed.wait().await;
     let (cpu_before, agents_before) = (cpu::process(), cpu::threads(AGENT_THREADS));
     let (server_before, machine_before) = (server_now(), cpu::machine());
-    let calls_before = JoinTokenCalls::of(&running);
+    let calls_before = JoinTokenCalls::of(&host.running);
     let started = Instant::now();
     let mut ended = Vec::with_capacity(agents);
     for task in tasks {
         ended.push(task.await);
     }
     let elapsed = started.elapsed().max(Duration::from_millis(1));
-    let calls = JoinTokenCalls::of(&running).since(calls_before);
+    let calls = JoinTokenCalls::of(&host.running).since(calls_before);
     let cpu = cpu::process().saturating_sub(cpu_before);
     let agents_cpu = cpu::threads(AGENT_THREADS).saturating_sub(agents_before);
     let server_cpu = server_before
@@ -863,16 +928,11 @@ async fn joins_per_second(
     }
     anyhow::ensure!(joined == joins, "only {joined} of {joins} joins succeeded");
     // The whole host (its certificate sweeper too), not only the API and the database.
-    running.shutdown().await;
+    host.running.shutdown().await;
     let mut latencies =
         std::mem::take(&mut *latencies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
     latencies.sort();
-    let at = |q: f64| {
-        latencies
-            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
+    let at = |q| quantile(&latencies, q);
     let per_join = u32::try_from(joined.max(1)).unwrap_or(u32::MAX);
     Ok(Run {
         joins_per_s: joined as f64 / elapsed.as_secs_f64(),
@@ -934,15 +994,16 @@ fn on_this_machine(url: &str) -> bool {
     })
 }
 
-/// One agent's token join: a fresh key, its CSR, the sealed token, the response checked.
+/// One agent's token join: a fresh key, its CSR, the sealed token, the response checked. The
+/// node's key and what the host answered.
 async fn agent_join(
     client: &gatehouse_agent::JoinClient,
     trust: &gatehouse_proto::JoinTrust,
     token: &gatehouse_proto::TokenString,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(gatehouse_agent::NodeKey, gatehouse_agent::Joined)> {
     let key = gatehouse_agent::NodeKey::generate()?;
     let mut producer = gatehouse_agent::TokenProducer::new(gatehouse_proto::Role::Node);
-    gatehouse_agent::join(
+    let joined = gatehouse_agent::join(
         client,
         trust,
         &mut producer,
@@ -951,7 +1012,7 @@ async fn agent_join(
         &gatehouse_agent::JoinOptions::default(),
     )
     .await?;
-    Ok(())
+    Ok((key, joined))
 }
 
 #[cfg(test)]
