@@ -43,6 +43,7 @@
 mod attestor_call;
 mod cloud_iid;
 mod cpu;
+mod crowd;
 pub mod fill;
 mod limits;
 mod lookups;
@@ -50,14 +51,12 @@ mod memory;
 mod renewals;
 mod tpm_verify;
 
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use futures::FutureExt as _;
 use sha2::{Digest, Sha256};
 
 use gatehouse::app;
@@ -536,12 +535,6 @@ fn median(mut samples: Vec<Duration>) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
 
-/// The `q` quantile of `sorted` (ascending); zero for none.
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    let at = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
-    sorted.get(at).copied().unwrap_or_default()
-}
-
 fn round2(v: f64) -> f64 {
     (v * 100.0).round() / 100.0
 }
@@ -835,8 +828,6 @@ async fn joins_per_second(
     };
 
     let client = gatehouse_agent::JoinClient::new(&host.url, &trust)?;
-    let queue = Arc::new(std::sync::Mutex::new(timed));
-    let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(joins)));
     let agent_threads = match placed {
         Agents::Beside => None,
         Agents::Apart => Some(
@@ -850,58 +841,32 @@ async fn joins_per_second(
     let spawn_on = agent_threads
         .as_ref()
         .map_or_else(tokio::runtime::Handle::current, |r| r.handle().clone());
-    let warmed = Arc::new(tokio::sync::Barrier::new(agents + 1));
-    let mut tasks = Vec::with_capacity(agents);
-    for warm_up in warm_up {
-        let (client, trust, queue, latencies, warmed) = (
-            client.clone(),
-            trust.clone(),
-            queue.clone(),
-            latencies.clone(),
-            warmed.clone(),
-        );
-        tasks.push(spawn_on.spawn(async move {
-            // Waits at the barrier even if the warm-up failed or panicked, so the run never
-            // hangs: every other agent and the clock wait there for this one.
-            let ready = AssertUnwindSafe(agent_join(&client, &trust, &warm_up))
-                .catch_unwind()
-                .await;
-            warmed.wait().await;
-            ready.map_err(|_| anyhow::anyhow!("an agent's warm-up join panicked"))??;
-            let mut done = 0usize;
-            let mut unchecked = Vec::new();
-            loop {
-                let Some(join) = queue.lock().ok().and_then(|mut q| q.pop()) else {
-                    return Ok::<_, anyhow::Error>((done, unchecked));
-                };
-                let began = Instant::now();
+    let agent = {
+        // Shared, so an item's work copies no more than a pointer before its clock starts.
+        let (client, trust) = (Arc::new(client), Arc::new(trust.clone()));
+        move |join| {
+            let (client, trust) = (client.clone(), trust.clone());
+            async move {
                 match join {
                     Join::Live(token) => {
                         agent_join(&client, &trust, &token).await?;
+                        Ok(None)
                     }
                     Join::Prepared(prepared) => {
                         let response = client.send(&prepared.round.request).await?;
-                        unchecked.push((prepared, response));
+                        Ok(Some((prepared, response)))
                     }
                 }
-                if let Ok(mut l) = latencies.lock() {
-                    l.push(began.elapsed());
-                }
-                done += 1;
             }
-        }));
-    }
+        }
+    };
+    let warm_up = warm_up.into_iter().map(Join::Live).collect();
+    let warmed = crowd::warm_up(&spawn_on, warm_up, timed, agent).await;
     let server_now = || server_here.then(|| cpu::processes("postgres")).flatten();
-    warmed.wait().await;
     let (cpu_before, agents_before) = (cpu::process(), cpu::threads(AGENT_THREADS));
     let (server_before, machine_before) = (server_now(), cpu::machine());
     let calls_before = JoinTokenCalls::of(&host.running);
-    let started = Instant::now();
-    let mut ended = Vec::with_capacity(agents);
-    for task in tasks {
-        ended.push(task.await);
-    }
-    let elapsed = started.elapsed().max(Duration::from_millis(1));
+    let crowd = warmed.finish().await;
     let calls = JoinTokenCalls::of(&host.running).since(calls_before);
     let cpu = cpu::process().saturating_sub(cpu_before);
     let agents_cpu = cpu::threads(AGENT_THREADS).saturating_sub(agents_before);
@@ -916,23 +881,17 @@ async fn joins_per_second(
         threads.shutdown_background();
         cpu.saturating_sub(agents_cpu)
     });
-    let mut joined = 0;
-    for result in ended {
-        let (done, unchecked) = result.context("an agent task panicked")??;
-        for (prepared, response) in unchecked {
-            prepared
-                .check(&trust, &response)
-                .context("a prepared join's response")?;
-        }
-        joined += done;
+    let crowd = crowd?;
+    for (prepared, response) in crowd.outputs.iter().flatten() {
+        prepared
+            .check(&trust, response)
+            .context("a prepared join's response")?;
     }
+    let joined = crowd.outputs.len();
     anyhow::ensure!(joined == joins, "only {joined} of {joins} joins succeeded");
     // The whole host (its certificate sweeper too), not only the API and the database.
     host.running.shutdown().await;
-    let mut latencies =
-        std::mem::take(&mut *latencies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
-    latencies.sort();
-    let at = |q| quantile(&latencies, q);
+    let (elapsed, at) = (crowd.elapsed, |q| crowd.latency(q));
     let per_join = u32::try_from(joined.max(1)).unwrap_or(u32::MAX);
     Ok(Run {
         joins_per_s: joined as f64 / elapsed.as_secs_f64(),

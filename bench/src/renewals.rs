@@ -15,17 +15,16 @@
 //! The nodes are joined before the clock, each renews once in the timed window, and each agent
 //! first renews a node of its own untimed, as [`super::joins_per_second`]'s agents join once.
 
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
-use futures::FutureExt as _;
 use gatehouse_agent::{JoinClient, Joined, NodeKey, RenewClient};
 use gatehouse_proto::{JoinTrust, TokenString};
+use tokio::runtime::Handle;
 
-use super::{Host, agent_join, quantile, round1};
+use super::{Host, agent_join, round1};
 
 /// Agents renewing at once.
 pub(super) const AGENTS: usize = 16;
@@ -84,57 +83,26 @@ async fn run(
         .await
         .context("the renewing nodes' joins")?;
     let warm_up = nodes.split_off(renewals);
-    let queue = Arc::new(Mutex::new(nodes));
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(renewals)));
-    let warmed = Arc::new(tokio::sync::Barrier::new(agents + 1));
-    let mut tasks = Vec::with_capacity(agents);
-    for node in warm_up {
-        let (url, trust) = (host.url.clone(), host.trust.clone());
-        let (queue, latencies, warmed) = (queue.clone(), latencies.clone(), warmed.clone());
-        tasks.push(tokio::spawn(async move {
-            // Waits at the barrier whatever the warm-up did, so the run never hangs.
-            let ready = AssertUnwindSafe(renew(&url, &trust, &node))
-                .catch_unwind()
-                .await;
-            warmed.wait().await;
-            ready.map_err(|_| anyhow::anyhow!("an agent's warm-up renewal panicked"))??;
-            let mut done = 0usize;
-            loop {
-                let Some(node) = queue.lock().ok().and_then(|mut q| q.pop()) else {
-                    return anyhow::Ok(done);
-                };
-                let began = Instant::now();
-                renew(&url, &trust, &node).await?;
-                if let Ok(mut l) = latencies.lock() {
-                    l.push(began.elapsed());
-                }
-                done += 1;
-            }
-        }));
-    }
-    warmed.wait().await;
-    let started = Instant::now();
-    let mut ended = Vec::with_capacity(agents);
-    for task in tasks {
-        ended.push(task.await);
-    }
-    let elapsed = started.elapsed().max(Duration::from_millis(1));
+    let (url, trust) = (Arc::new(host.url.clone()), Arc::new(host.trust.clone()));
+    let agent = move |node| {
+        let (url, trust) = (url.clone(), trust.clone());
+        async move { renew(&url, &trust, &node).await }
+    };
+    let crowd = super::crowd::warm_up(&Handle::current(), warm_up, nodes, agent)
+        .await
+        .finish()
+        .await;
     host.running.shutdown().await;
-    let mut renewed = 0;
-    for result in ended {
-        renewed += result.context("a renewing agent panicked")??;
-    }
+    let crowd = crowd?;
+    let renewed = crowd.outputs.len();
     anyhow::ensure!(
         renewed == renewals,
         "only {renewed} of {renewals} renewals succeeded"
     );
-    let mut latencies =
-        std::mem::take(&mut *latencies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
-    latencies.sort();
     Ok(Renewals {
-        per_s: renewed as f64 / elapsed.as_secs_f64(),
-        p50: quantile(&latencies, 0.50),
-        p99: quantile(&latencies, 0.99),
+        per_s: renewed as f64 / crowd.elapsed.as_secs_f64(),
+        p50: crowd.latency(0.50),
+        p99: crowd.latency(0.99),
     })
 }
 
