@@ -15,9 +15,11 @@ use tokio::task::JoinHandle;
 
 /// Agents past their warm-up, working through the queue: [`Warmed::finish`] starts the clock.
 pub(super) struct Warmed<O> {
-    tasks: Vec<JoinHandle<anyhow::Result<Vec<O>>>>,
-    latencies: Arc<Mutex<Vec<Duration>>>,
+    tasks: Vec<JoinHandle<anyhow::Result<Vec<Timed<O>>>>>,
 }
+
+/// One item an agent did in the timed window: how long it took, and its output.
+type Timed<O> = (Duration, O);
 
 /// What the agents did in the timed window.
 pub(super) struct Crowd<O> {
@@ -44,36 +46,28 @@ where
     O: Send + 'static,
     F: Future<Output = anyhow::Result<O>> + Send + 'static,
 {
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(queue.len())));
     let queue = Arc::new(Mutex::new(queue));
     let warmed = Arc::new(tokio::sync::Barrier::new(warm_up.len() + 1));
     let mut tasks = Vec::with_capacity(warm_up.len());
     for first in warm_up {
-        let (queue, latencies, warmed, work) = (
-            queue.clone(),
-            latencies.clone(),
-            warmed.clone(),
-            work.clone(),
-        );
+        let (queue, warmed, work) = (queue.clone(), warmed.clone(), work.clone());
         tasks.push(on.spawn(async move {
             let ready = AssertUnwindSafe(work(first)).catch_unwind().await;
             warmed.wait().await;
             ready.map_err(|_| anyhow::anyhow!("an agent's warm-up panicked"))??;
-            let mut outputs = Vec::new();
+            let mut done = Vec::new();
             loop {
                 let Some(item) = queue.lock().ok().and_then(|mut q| q.pop()) else {
-                    return Ok(outputs);
+                    return Ok(done);
                 };
                 let began = Instant::now();
-                outputs.push(work(item).await?);
-                if let Ok(mut l) = latencies.lock() {
-                    l.push(began.elapsed());
-                }
+                let output = work(item).await?;
+                done.push((began.elapsed(), output));
             }
         }));
     }
     warmed.wait().await;
-    Warmed { tasks, latencies }
+    Warmed { tasks }
 }
 
 impl<O> Warmed<O> {
@@ -85,16 +79,13 @@ impl<O> Warmed<O> {
             ended.push(task.await);
         }
         let elapsed = started.elapsed().max(Duration::from_millis(1));
-        let mut outputs = Vec::new();
+        let (mut latencies, mut outputs) = (Vec::new(), Vec::new());
         for result in ended {
-            outputs.extend(result.context("an agent's task panicked")??);
+            for (took, output) in result.context("an agent's task panicked")?? {
+                latencies.push(took);
+                outputs.push(output);
+            }
         }
-        let mut latencies = std::mem::take(
-            &mut *self
-                .latencies
-                .lock()
-                .map_err(|_| anyhow::anyhow!("poisoned"))?,
-        );
         latencies.sort();
         Ok(Crowd {
             elapsed,

@@ -805,7 +805,8 @@ async fn joins_per_second(
         requests,
     } = shape;
     let host = Host::start(database_url, compiled, |_| {}).await?;
-    let (trust, server_here) = (host.trust.clone(), host.server_here);
+    // Shared, so an agent's item copies no more than a pointer before its clock starts.
+    let trust = Arc::new(host.trust.clone());
 
     // The agents' warm-up joins spend tokens too.
     let spent = joins + agents;
@@ -842,8 +843,7 @@ async fn joins_per_second(
         .as_ref()
         .map_or_else(tokio::runtime::Handle::current, |r| r.handle().clone());
     let agent = {
-        // Shared, so an item's work copies no more than a pointer before its clock starts.
-        let (client, trust) = (Arc::new(client), Arc::new(trust.clone()));
+        let (client, trust) = (Arc::new(client), trust.clone());
         move |join| {
             let (client, trust) = (client.clone(), trust.clone());
             async move {
@@ -862,7 +862,11 @@ async fn joins_per_second(
     };
     let warm_up = warm_up.into_iter().map(Join::Live).collect();
     let warmed = crowd::warm_up(&spawn_on, warm_up, timed, agent).await;
-    let server_now = || server_here.then(|| cpu::processes("postgres")).flatten();
+    let server_now = || {
+        host.server_here
+            .then(|| cpu::processes("postgres"))
+            .flatten()
+    };
     let (cpu_before, agents_before) = (cpu::process(), cpu::threads(AGENT_THREADS));
     let (server_before, machine_before) = (server_now(), cpu::machine());
     let calls_before = JoinTokenCalls::of(&host.running);

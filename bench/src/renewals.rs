@@ -16,10 +16,11 @@
 //! first renews a node of its own untimed, as [`super::joins_per_second`]'s agents join once.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use futures::{StreamExt as _, TryStreamExt as _};
 use gatehouse_agent::{JoinClient, Joined, NodeKey, RenewClient};
 use gatehouse_proto::{JoinTrust, TokenString};
 use tokio::runtime::Handle;
@@ -113,24 +114,15 @@ async fn join_all(
     agents: usize,
 ) -> anyhow::Result<Vec<Node>> {
     let client = JoinClient::new(&host.url, &host.trust)?;
-    let queue = Arc::new(Mutex::new(tokens));
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..agents {
-        let (client, trust, queue) = (client.clone(), host.trust.clone(), queue.clone());
-        tasks.spawn(async move {
-            let mut nodes = Vec::new();
-            while let Some(token) = queue.lock().ok().and_then(|mut q| q.pop()) {
-                let (key, joined) = agent_join(&client, &trust, &token).await?;
-                nodes.push(Node { key, joined });
-            }
-            anyhow::Ok(nodes)
-        });
-    }
-    let mut nodes = Vec::new();
-    while let Some(joined) = tasks.join_next().await {
-        nodes.extend(joined.context("a joining agent panicked")??);
-    }
-    Ok(nodes)
+    let join = async |token: TokenString| {
+        let (key, joined) = agent_join(&client, &host.trust, &token).await?;
+        anyhow::Ok(Node { key, joined })
+    };
+    futures::stream::iter(tokens)
+        .map(join)
+        .buffer_unordered(agents)
+        .try_collect()
+        .await
 }
 
 /// `node`'s renewal, as its agent makes it: a new key, a client presenting the node's
