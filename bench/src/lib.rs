@@ -91,6 +91,14 @@ pub struct BenchArgs {
     /// database: joins measured against tables of that size rather than empty ones.
     #[arg(long, default_value_t = 0)]
     nodes: usize,
+    /// PostgreSQL's write pool of every host, as the host's `database_connections` sets it
+    /// (and of the database limit's store); the host's default when absent.
+    #[arg(
+        long,
+        value_parser = clap::value_parser!(u32)
+            .range(1..=i64::from(gatehouse::store::MAX_POSTGRES_CONNECTIONS))
+    )]
+    postgres_connections: Option<u32>,
 }
 
 /// Runs every measurement and prints the JSON line on stdout.
@@ -108,19 +116,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     // Cranelift compiling the same components again in each of a dozen start-ups, none of it
     // timed).
     let compiled = tempfile::tempdir().context("a directory for compiled components")?;
-    let sqlite = backend_figures(&Backend::Sqlite, &args, &crypto, compiled.path())
+    let hosts = Hosts {
+        compiled: compiled.path(),
+        postgres_connections: args.postgres_connections,
+    };
+    let sqlite = backend_figures(&Backend::Sqlite, &args, &crypto, &hosts)
         .await
         .context("SQLite join benchmark")?;
     let postgres = match std::env::var("DATABASE_URL") {
         Ok(admin_url) if !admin_url.is_empty() => Some(
-            backend_figures(
-                &Backend::Postgres { admin_url },
-                &args,
-                &crypto,
-                compiled.path(),
-            )
-            .await
-            .context("PostgreSQL join benchmark")?,
+            backend_figures(&Backend::Postgres { admin_url }, &args, &crypto, &hosts)
+                .await
+                .context("PostgreSQL join benchmark")?,
         ),
         _ => None,
     };
@@ -156,6 +163,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "agents": args.agents,
         "calls": args.calls,
         "nodes": args.nodes,
+        "postgres_connections": args
+            .postgres_connections
+            .unwrap_or(gatehouse::store::DEFAULT_POSTGRES_CONNECTIONS),
         "cores": cores,
     });
     println!("{line}");
@@ -355,25 +365,25 @@ async fn backend_figures(
     backend: &Backend,
     args: &BenchArgs,
     crypto: &limits::Crypto,
-    compiled: &Path,
+    hosts: &Hosts<'_>,
 ) -> anyhow::Result<BackendFigures> {
     let (template, sample) = backend
         .template(args.nodes)
         .await
         .with_context(|| format!("filling a template with {} nodes", args.nodes))?;
-    let figures = runs(backend, (&template, &sample), args, crypto, compiled).await;
+    let figures = runs(backend, (&template, &sample), args, crypto, hosts).await;
     backend.drop_template(template).await;
     figures
 }
 
-/// [`backend_figures`]' runs, each on a database made from `template`, each host loading its
-/// compiled attestors from `compiled`; the lookups of `sample`, rows of the template.
+/// [`backend_figures`]' runs, each on a database made from `template`, each host started as
+/// `hosts` says; the lookups of `sample`, rows of the template.
 async fn runs(
     backend: &Backend,
     (template, sample): (&Template, &[fill::Sample]),
     args: &BenchArgs,
     crypto: &limits::Crypto,
-    compiled: &Path,
+    hosts: &Hosts<'_>,
 ) -> anyhow::Result<BackendFigures> {
     let headline = |requests| {
         backend.fresh(template, async move |url| {
@@ -383,7 +393,7 @@ async fn runs(
                 placed: Agents::Beside,
                 requests,
             };
-            joins_per_second(url, args.joins, shape, compiled).await
+            joins_per_second(url, args.joins, shape, hosts).await
         })
     };
     let live = headline(Requests::Live).await?;
@@ -416,7 +426,7 @@ async fn runs(
     ] {
         let run = backend
             .fresh(template, async |url| {
-                joins_per_second(url, args.joins, shape, compiled).await
+                joins_per_second(url, args.joins, shape, hosts).await
             })
             .await
             .with_context(|| format!("the {name} run"))?;
@@ -425,7 +435,10 @@ async fn runs(
     runs.insert("prepared".into(), prepared.json(crypto));
     let db_limit = backend
         .fresh(template, async |url| {
-            on_store(url, async |db| limits::database(db, args.joins, 16).await).await
+            on_store(url, hosts, async |db| {
+                limits::database(db, args.joins, 16).await
+            })
+            .await
         })
         .await
         .context("the database limit")?;
@@ -440,7 +453,7 @@ async fn runs(
             let postgres = url
                 .clone()
                 .filter(|_| matches!(backend, Backend::Postgres { .. }));
-            on_store(url, async |db| {
+            on_store(url, hosts, async |db| {
                 // With nothing filled, rows of the run's own to look up: an empty database's
                 // figure is of [`fill::SAMPLES`] rows.
                 if sample.is_empty() {
@@ -459,7 +472,7 @@ async fn runs(
     runs.insert("lookups_per_s".into(), lookups.json());
     let renewals = backend
         .fresh(template, async |url| {
-            renewals::measure(url, args.joins, compiled).await
+            renewals::measure(url, args.joins, hosts).await
         })
         .await
         .context("the renewals")?;
@@ -485,10 +498,12 @@ async fn runs(
     })
 }
 
-/// Runs `run` on the host's store over the database at `url` (migrated), or over a SQLite file
-/// of its own for `None`: the benchmark's runs that time the store without a host.
+/// Runs `run` on the host's store over the database at `url` (migrated, with the write pool
+/// `hosts` gives a host), or over a SQLite file of its own for `None`: the benchmark's runs
+/// that time the store without a host.
 async fn on_store<T>(
     url: Option<String>,
+    hosts: &Hosts<'_>,
     run: impl AsyncFnOnce(&gatehouse::store::Db) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let dir = tempfile::tempdir()?;
@@ -496,7 +511,7 @@ async fn on_store<T>(
         Some(url) => url,
         None => gatehouse::store::sqlite_url(&dir.path().join("store.db"))?,
     };
-    let db = gatehouse::store::Db::connect(&url).await?;
+    let db = gatehouse::store::Db::connect_with(&url, hosts.postgres_connections()).await?;
     db.migrate().await?;
     let result = run(&db).await;
     db.close().await;
@@ -700,6 +715,24 @@ impl Run {
 /// The name of the benchmark's agent threads (Linux keeps 15 bytes of it).
 const AGENT_THREADS: &str = "bench-agent";
 
+/// What every host the benchmark starts shares.
+#[derive(Debug, Clone, Copy)]
+struct Hosts<'a> {
+    /// The compiled-component cache: the first host compiles the built-in attestors, the rest
+    /// load them.
+    compiled: &'a Path,
+    /// PostgreSQL's write pool (`--postgres-connections`), or the host's default.
+    postgres_connections: Option<u32>,
+}
+
+impl Hosts<'_> {
+    /// The write pool a PostgreSQL host or store of the run gets.
+    fn postgres_connections(&self) -> u32 {
+        self.postgres_connections
+            .unwrap_or(gatehouse::store::DEFAULT_POSTGRES_CONNECTIONS)
+    }
+}
+
 /// A dev host started for one run, and what its agents need to reach it.
 struct Host {
     running: app::Running,
@@ -714,11 +747,11 @@ struct Host {
 }
 
 impl Host {
-    /// Starts a dev host (SQLite, or `database_url`; its compiled attestors cached in
-    /// `compiled`), configured as every run's and then as `configure` says.
+    /// Starts a dev host (SQLite, or `database_url`) as `hosts` says, configured as every
+    /// run's and then as `configure` says.
     async fn start(
         database_url: Option<String>,
-        compiled: &Path,
+        hosts: &Hosts<'_>,
         configure: impl FnOnce(&mut Config),
     ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
@@ -727,8 +760,16 @@ impl Host {
         // The server's processes are read only where the URL names this machine: another
         // server's name there would count a local one that took no part.
         let server_here = database_url.as_deref().is_some_and(on_this_machine);
+        use gatehouse::store::Backend as Store;
+        let postgres = database_url
+            .as_deref()
+            .and_then(|u| Store::from_url(u).ok())
+            == Some(Store::Postgres);
+        if postgres {
+            config.database_connections = Some(hosts.postgres_connections());
+        }
         config.database_url = database_url;
-        config.runtime.cache_dir = Some(compiled.to_owned());
+        config.runtime.cache_dir = Some(hosts.compiled.to_owned());
         // Every agent joins from loopback, one source: its join rate and connection limits
         // would measure themselves (64 agents at the default 64 connections per source lost a
         // handshake now and then when a connection closed and reopened at once).
@@ -796,7 +837,7 @@ async fn joins_per_second(
     database_url: Option<String>,
     joins: usize,
     shape: Shape,
-    compiled: &Path,
+    hosts: &Hosts<'_>,
 ) -> anyhow::Result<Run> {
     let Shape {
         agents,
@@ -804,7 +845,7 @@ async fn joins_per_second(
         placed,
         requests,
     } = shape;
-    let host = Host::start(database_url, compiled, |_| {}).await?;
+    let host = Host::start(database_url, hosts, |_| {}).await?;
     // Shared, so an agent's item copies no more than a pointer before its clock starts.
     let trust = Arc::new(host.trust.clone());
 
@@ -994,7 +1035,11 @@ mod tests {
                 placed: Agents::Beside,
                 requests: Requests::Prepared,
             };
-            let run = joins_per_second(None, 7, shape, compiled.path()).await?;
+            let hosts = Hosts {
+                compiled: compiled.path(),
+                postgres_connections: None,
+            };
+            let run = joins_per_second(None, 7, shape, &hosts).await?;
             anyhow::ensure!(run.joins_per_s > 0.0 && run.p99 >= run.p50, "{tokens:?}");
         }
         Ok(())

@@ -15,7 +15,6 @@
 //! The nodes are joined before the clock, each renews once in the timed window, and each agent
 //! first renews a node of its own untimed, as [`super::joins_per_second`]'s agents join once.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ use gatehouse_agent::{JoinClient, Joined, NodeKey, RenewClient};
 use gatehouse_proto::{JoinTrust, TokenString};
 use tokio::runtime::Handle;
 
-use super::{Host, agent_join, round1};
+use super::{Host, Hosts, agent_join, round1};
 
 /// Agents renewing at once.
 pub(super) const AGENTS: usize = 16;
@@ -59,9 +58,9 @@ impl Renewals {
 pub(super) async fn measure(
     database_url: Option<String>,
     renewals: usize,
-    compiled: &Path,
+    hosts: &Hosts<'_>,
 ) -> anyhow::Result<Renewals> {
-    run(database_url, renewals, AGENTS, compiled, 0).await
+    run(database_url, renewals, AGENTS, hosts, 0).await
 }
 
 /// [`measure`] with `agents` agents, on a host that issues a node at most one certificate every
@@ -70,10 +69,10 @@ async fn run(
     database_url: Option<String>,
     renewals: usize,
     agents: usize,
-    compiled: &Path,
+    hosts: &Hosts<'_>,
     issue_interval_seconds: u32,
 ) -> anyhow::Result<Renewals> {
-    let host = Host::start(database_url, compiled, |config| {
+    let host = Host::start(database_url, hosts, |config| {
         // Each node renews straight after its join. The interval is a node's guard against
         // renewing in a loop; here every node renews once, so it would only refuse them.
         config.limits.node_issue_interval_seconds = issue_interval_seconds;
@@ -143,7 +142,11 @@ mod tests {
     #[tokio::test]
     async fn a_run_renews_every_node_once() -> anyhow::Result<()> {
         let compiled = tempfile::tempdir()?;
-        let renewals = run(None, 7, 3, compiled.path(), 0).await?;
+        let hosts = Hosts {
+            compiled: compiled.path(),
+            postgres_connections: None,
+        };
+        let renewals = run(None, 7, 3, &hosts, 0).await?;
         anyhow::ensure!(renewals.per_s > 0.0 && renewals.p99 >= renewals.p50);
         Ok(())
     }
@@ -153,7 +156,11 @@ mod tests {
     #[tokio::test]
     async fn a_refused_renewal_fails_the_run() -> anyhow::Result<()> {
         let compiled = tempfile::tempdir()?;
-        let error = run(None, 2, 1, compiled.path(), 3600)
+        let hosts = Hosts {
+            compiled: compiled.path(),
+            postgres_connections: None,
+        };
+        let error = run(None, 2, 1, &hosts, 3600)
             .await
             .err()
             .context("renewals the host refused were timed")?;

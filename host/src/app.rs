@@ -295,6 +295,10 @@ impl Running {
         for (changed, what) in [
             (config.listen != started.listen, "listen"),
             (config.database_url != started.database_url, "database_url"),
+            (
+                config.database_connections != started.database_connections,
+                "database_connections",
+            ),
             (config.data_dir != started.data_dir, "data_dir"),
             (config.pki_bundle != started.pki_bundle, "pki_bundle"),
             (config.secret_file != started.secret_file, "secret_file"),
@@ -384,7 +388,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let pki = LivePki::new(load_pki(config)?);
     let admin_keys = Arc::new(AdminKeys::load(&config.path(&config.admin_key_file))?);
 
-    let db = Db::connect(&database_url).await?;
+    let db = Db::connect_with(&database_url, config.database_connections()).await?;
     db.migrate().await?;
     if let Some(level) = &config.log_level
         && let Err(e) = crate::logging::set_filter(level)

@@ -4,6 +4,7 @@
 //! data_dir = "/var/lib/gatehouse"
 //! listen = "0.0.0.0:8443"
 //! # database_url = "postgres://gatehouse@db/gatehouse"   # default: SQLite under data_dir
+//! # database_connections = 10      # PostgreSQL only: the write pool, per replica
 //! pki_bundle = "pki.json"          # relative paths are under data_dir
 //! secret_file = "secret"           # or GATEHOUSE_SECRET
 //! admin_key_file = "admin.key"
@@ -111,6 +112,10 @@ pub struct Config {
     /// The database; SQLite at `<data_dir>/gatehouse.db` when absent.
     #[serde(default)]
     pub database_url: Option<String>,
+    /// PostgreSQL's write pool, connections per replica (1 to 100; 10 when absent). Not for
+    /// SQLite, which has one writer.
+    #[serde(default)]
+    pub database_connections: Option<u32>,
     /// The PKI bundle `gatehouse pki init` wrote.
     #[serde(default = "default_bundle")]
     pub pki_bundle: PathBuf,
@@ -632,6 +637,22 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.limits.validate()?;
+        if let Some(n) = self.database_connections {
+            let max = crate::store::MAX_POSTGRES_CONNECTIONS;
+            if !(1..=max).contains(&n) {
+                return Err(ConfigError::Invalid(format!(
+                    "database_connections must be 1 to {max}"
+                )));
+            }
+            let sqlite = self.database_url.as_deref().is_none_or(|url| {
+                crate::store::Backend::from_url(url).ok() == Some(crate::store::Backend::Sqlite)
+            });
+            if sqlite {
+                return Err(ConfigError::Invalid(
+                    "database_connections sizes a PostgreSQL write pool; SQLite has one writer (set database_url to a postgres:// URL, or remove it)".into(),
+                ));
+            }
+        }
         let r = &self.runtime;
         if !(1..=60_000).contains(&r.call_timeout_ms) {
             return Err(ConfigError::Invalid(
@@ -749,6 +770,12 @@ impl Config {
             Some(url) => Ok(url.clone()),
             None => crate::store::sqlite_url(&self.data_dir.join("gatehouse.db")),
         }
+    }
+
+    /// PostgreSQL's write pool per replica: `database_connections`, or the store's default.
+    pub fn database_connections(&self) -> u32 {
+        self.database_connections
+            .unwrap_or(crate::store::DEFAULT_POSTGRES_CONNECTIONS)
     }
 
     /// JoinService's settings.
@@ -943,6 +970,34 @@ mod tests {
         let r = c.runtime();
         assert_eq!(r.call_timeout, Duration::from_millis(250));
         assert_eq!(r.memory_limit, 64 << 20);
+    }
+
+    /// The write pool's size is PostgreSQL's alone and bounded; absent, the store's default.
+    #[test]
+    fn database_connections_are_for_postgres_and_bounded() {
+        let with = |top: &str| parse(&format!("{top}\n{BASE}"));
+        let pg = "database_url = \"postgres://gatehouse@db/gatehouse\"";
+        assert_eq!(
+            with(pg).unwrap().database_connections(),
+            crate::store::DEFAULT_POSTGRES_CONNECTIONS
+        );
+        let c = with(&format!("{pg}\ndatabase_connections = 4")).unwrap();
+        assert_eq!(c.database_connections(), 4);
+        for n in [0, 101] {
+            let refused = with(&format!("{pg}\ndatabase_connections = {n}")).unwrap_err();
+            assert!(
+                refused.contains("database_connections must be 1 to 100"),
+                "{refused}"
+            );
+        }
+        // SQLite, named or by default, has one writer: a pool size there is a mistake.
+        for top in [
+            "database_connections = 4".to_owned(),
+            "database_url = \"sqlite:/d/g.db?mode=rwc\"\ndatabase_connections = 4".to_owned(),
+        ] {
+            let refused = with(&top).unwrap_err();
+            assert!(refused.contains("SQLite has one writer"), "{refused}");
+        }
     }
 
     #[test]

@@ -347,10 +347,10 @@ async fn a_join_whose_begin_fails_is_answered_503_and_recorded() {
         let token = host.create_token("node", 2).await;
         let url = format!("{}/v1/join", host.url());
         let http = host.http();
-        // The write pool's size (`store::db`): one connection on SQLite, ten on Postgres.
+        // The write pool's size: one connection on SQLite, the default on Postgres.
         let held = match backend {
             Backend::Sqlite => 1,
-            Backend::Postgres => 10,
+            Backend::Postgres => gatehouse::store::DEFAULT_POSTGRES_CONNECTIONS,
         };
         let mut txs = Vec::new();
         for _ in 0..held {

@@ -19,8 +19,17 @@ use super::{StoreError, Tx, migrate};
 /// (`busy_timeout`); on Postgres also each statement's and each lock wait's limit.
 pub(super) const WAIT: Duration = Duration::from_secs(5);
 
-/// Connections per Postgres pool (per replica).
-pub(super) const POSTGRES_CONNECTIONS: u32 = 10;
+/// Connections of a Postgres write pool (per replica) unless the configuration sets
+/// `database_connections`. Ten suits a database server of its own a network hop away, where a
+/// join's write waits on the round trip and the server's commit; on a small server shared with
+/// the host fewer do better (README, Deploying: a transaction waiting inside the server, on a
+/// many-use token's row or for the CPU, costs it more than a join waiting here for a
+/// connection).
+pub const DEFAULT_POSTGRES_CONNECTIONS: u32 = 10;
+
+/// The largest write pool a configuration may ask for (PostgreSQL's own default
+/// `max_connections` is 100, for every replica and tool together).
+pub const MAX_POSTGRES_CONNECTIONS: u32 = 100;
 
 /// Connections of the read pool (per replica), which the reads of running attestors use one
 /// statement at a time. Separate from the write pool, so guests that read in a loop never make
@@ -133,6 +142,15 @@ impl Db {
     /// A SQLite file is created if `mode=rwc` asks for it; it is switched to WAL with foreign
     /// keys on and a 5 s busy timeout.
     pub async fn connect(url: &str) -> Result<Db, StoreError> {
+        Self::connect_with(url, DEFAULT_POSTGRES_CONNECTIONS).await
+    }
+
+    /// [`Db::connect`], with a Postgres write pool of `postgres_connections` (1 to
+    /// [`MAX_POSTGRES_CONNECTIONS`]); SQLite's pool is always its one writer.
+    pub async fn connect_with(url: &str, postgres_connections: u32) -> Result<Db, StoreError> {
+        if !(1..=MAX_POSTGRES_CONNECTIONS).contains(&postgres_connections) {
+            return Err(StoreError::PoolSize(postgres_connections));
+        }
         sqlx::any::install_default_drivers();
         let backend = Backend::from_url(url)?;
         let options = AnyPoolOptions::new().acquire_timeout(WAIT);
@@ -153,7 +171,7 @@ impl Db {
             }
             Backend::Postgres => {
                 options
-                    .max_connections(POSTGRES_CONNECTIONS)
+                    .max_connections(postgres_connections)
                     .after_connect(|conn, _meta| {
                         Box::pin(async move {
                             conn.execute(POSTGRES_WRITE_SETTINGS).await?;

@@ -12,6 +12,10 @@ pub enum StoreError {
     /// The database URL names no backend this host supports (`sqlite:` or `postgres:`).
     #[error("unsupported database URL (expected sqlite: or postgres:): {0}")]
     UnsupportedUrl(String),
+    /// A Postgres write pool was asked for a size outside 1 to
+    /// [`super::db::MAX_POSTGRES_CONNECTIONS`].
+    #[error("a PostgreSQL write pool of {0} connections (it may have 1 to {max})", max = super::db::MAX_POSTGRES_CONNECTIONS)]
+    PoolSize(u32),
     /// A SQLite database path is not valid UTF-8, so it cannot be written as a URL.
     #[error("database path is not valid UTF-8: {0}")]
     PathNotUtf8(std::path::PathBuf),
@@ -91,6 +95,10 @@ mod tests {
     #[test]
     fn display() {
         let cases: Vec<(StoreError, &str)> = vec![
+            (
+                StoreError::PoolSize(0),
+                "a PostgreSQL write pool of 0 connections (it may have 1 to 100)",
+            ),
             (
                 StoreError::UnsupportedUrl("mysql://x".into()),
                 "unsupported database URL (expected sqlite: or postgres:): mysql://x",

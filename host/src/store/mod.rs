@@ -109,7 +109,10 @@ mod tests;
 
 pub use admins::AdminRow;
 pub use admission::{Admission, JudgedToken};
-pub use db::{Backend, Cursor, Db, PoolCursor, sqlite_url};
+pub use db::{
+    Backend, Cursor, DEFAULT_POSTGRES_CONNECTIONS, Db, MAX_POSTGRES_CONNECTIONS, PoolCursor,
+    sqlite_url,
+};
 pub use error::StoreError;
 pub(crate) use join_requests::new_id as new_join_request_id;
 pub use journal::AuditFilter;

@@ -2027,7 +2027,7 @@ async fn postgres_write_connections_stay_bounded_after_migrating() {
     t.db.migrate().await.unwrap();
     let connections = t.db.connections();
     let mut every = Vec::new();
-    for _ in 0..db::POSTGRES_CONNECTIONS {
+    for _ in 0..db::DEFAULT_POSTGRES_CONNECTIONS {
         every.push(connections.acquire().await.unwrap());
     }
     for conn in &mut every {
@@ -2043,6 +2043,35 @@ async fn postgres_write_connections_stay_bounded_after_migrating() {
             assert_eq!(row.get::<String, _>(0), bound, "{setting}");
         }
     }
+}
+
+/// A configured write pool holds that many Postgres connections and no more, and a size out of
+/// range is refused before anything connects.
+#[tokio::test]
+async fn postgres_write_pool_has_the_configured_size() {
+    for refused in [0, MAX_POSTGRES_CONNECTIONS + 1] {
+        let error = Db::connect_with("postgres://nowhere.invalid/x", refused)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::PoolSize(n) if n == refused),
+            "{error:?}"
+        );
+    }
+    let Some(t) = testing::postgres().await else {
+        eprintln!("skipped: DATABASE_URL is not set");
+        return;
+    };
+    let db = Db::connect_with(&t.url, 3).await.unwrap();
+    let connections = db.connections();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(connections.acquire().await.unwrap());
+    }
+    let fourth = tokio::time::timeout(Duration::from_millis(300), connections.acquire()).await;
+    assert!(fourth.is_err(), "a fourth connection was handed out");
+    drop(held);
+    db.close().await;
 }
 
 /// [`Tx::admit_in_one_statement`] of a new node `node` with a certificate `serial`, the token
