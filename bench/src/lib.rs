@@ -116,10 +116,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     // Cranelift compiling the same components again in each of a dozen start-ups, none of it
     // timed).
     let compiled = tempfile::tempdir().context("a directory for compiled components")?;
-    let hosts = Hosts {
-        compiled: compiled.path(),
-        postgres_connections: args.postgres_connections,
-    };
+    let hosts = Hosts::new(compiled.path(), args.postgres_connections);
     let sqlite = backend_figures(&Backend::Sqlite, &args, &crypto, &hosts)
         .await
         .context("SQLite join benchmark")?;
@@ -163,9 +160,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "agents": args.agents,
         "calls": args.calls,
         "nodes": args.nodes,
-        "postgres_connections": args
-            .postgres_connections
-            .unwrap_or(gatehouse::store::DEFAULT_POSTGRES_CONNECTIONS),
+        "postgres_connections": hosts.postgres_connections,
         "cores": cores,
     });
     println!("{line}");
@@ -511,7 +506,7 @@ async fn on_store<T>(
         Some(url) => url,
         None => gatehouse::store::sqlite_url(&dir.path().join("store.db"))?,
     };
-    let db = gatehouse::store::Db::connect_with(&url, hosts.postgres_connections()).await?;
+    let db = gatehouse::store::Db::connect_with(&url, hosts.postgres_connections).await?;
     db.migrate().await?;
     let result = run(&db).await;
     db.close().await;
@@ -721,15 +716,19 @@ struct Hosts<'a> {
     /// The compiled-component cache: the first host compiles the built-in attestors, the rest
     /// load them.
     compiled: &'a Path,
-    /// PostgreSQL's write pool (`--postgres-connections`), or the host's default.
-    postgres_connections: Option<u32>,
+    /// The write pool a PostgreSQL host or store of the run gets.
+    postgres_connections: u32,
 }
 
-impl Hosts<'_> {
-    /// The write pool a PostgreSQL host or store of the run gets.
-    fn postgres_connections(&self) -> u32 {
-        self.postgres_connections
-            .unwrap_or(gatehouse::store::DEFAULT_POSTGRES_CONNECTIONS)
+impl<'a> Hosts<'a> {
+    /// Hosts caching their compiled components in `compiled`, with a PostgreSQL write pool of
+    /// `postgres_connections` (`--postgres-connections`) or the host's default.
+    fn new(compiled: &'a Path, postgres_connections: Option<u32>) -> Self {
+        Self {
+            compiled,
+            postgres_connections: postgres_connections
+                .unwrap_or(gatehouse::store::DEFAULT_POSTGRES_CONNECTIONS),
+        }
     }
 }
 
@@ -766,7 +765,7 @@ impl Host {
             .and_then(|u| Store::from_url(u).ok())
             == Some(Store::Postgres);
         if postgres {
-            config.database_connections = Some(hosts.postgres_connections());
+            config.database_connections = Some(hosts.postgres_connections);
         }
         config.database_url = database_url;
         config.runtime.cache_dir = Some(hosts.compiled.to_owned());
@@ -1035,10 +1034,7 @@ mod tests {
                 placed: Agents::Beside,
                 requests: Requests::Prepared,
             };
-            let hosts = Hosts {
-                compiled: compiled.path(),
-                postgres_connections: None,
-            };
+            let hosts = Hosts::new(compiled.path(), None);
             let run = joins_per_second(None, 7, shape, &hosts).await?;
             anyhow::ensure!(run.joins_per_s > 0.0 && run.p99 >= run.p50, "{tokens:?}");
         }

@@ -142,10 +142,7 @@ mod tests {
     #[tokio::test]
     async fn a_run_renews_every_node_once() -> anyhow::Result<()> {
         let compiled = tempfile::tempdir()?;
-        let hosts = Hosts {
-            compiled: compiled.path(),
-            postgres_connections: None,
-        };
+        let hosts = Hosts::new(compiled.path(), None);
         let renewals = run(None, 7, 3, &hosts, 0).await?;
         anyhow::ensure!(renewals.per_s > 0.0 && renewals.p99 >= renewals.p50);
         Ok(())
@@ -156,10 +153,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_renewal_fails_the_run() -> anyhow::Result<()> {
         let compiled = tempfile::tempdir()?;
-        let hosts = Hosts {
-            compiled: compiled.path(),
-            postgres_connections: None,
-        };
+        let hosts = Hosts::new(compiled.path(), None);
         let error = run(None, 2, 1, &hosts, 3600)
             .await
             .err()
