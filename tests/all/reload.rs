@@ -487,3 +487,43 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
         ]
     );
 }
+
+/// SIGHUP names each setting it cannot apply, and only that one, when it alone changed; and
+/// none when nothing did. A setting missing from the host's list would change in the file,
+/// be reported as reloaded, and silently keep its old value until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_names_each_changed_setting_that_needs_a_restart() {
+    type Change = fn(&mut gatehouse::config::Config);
+    let changes: [(&str, Change); 9] = [
+        ("listen", |c| c.listen = "127.0.0.1:1".into()),
+        ("database_url", |c| {
+            c.database_url = Some("sqlite:///elsewhere.db".into());
+        }),
+        ("database_connections", |c| c.database_connections = Some(4)),
+        ("pki_bundle", |c| c.pki_bundle = "elsewhere.json".into()),
+        ("secret_file", |c| {
+            c.secret_file = Some("elsewhere.key".into())
+        }),
+        ("admin_key_file", |c| {
+            c.admin_key_file = "elsewhere.keys".into()
+        }),
+        ("join.cert_ttl_seconds", |c| c.join.cert_ttl_seconds += 60),
+        ("[limits]", |c| c.limits.max_connections += 1),
+        ("runtime.attestors_poll_ms", |c| {
+            c.runtime.attestors_poll_ms += 1;
+        }),
+    ];
+    let mut host = TestHost::start(Backend::Sqlite).await;
+    let unchanged = host.sighup().await;
+    assert!(unchanged.needs_restart.is_empty(), "{unchanged:?}");
+    let started = host.config.clone();
+    for (name, change) in changes {
+        let mut config = started.clone();
+        change(&mut config);
+        let reloaded = host.running.reload(config).await;
+        assert_eq!(reloaded.needs_restart, [name], "changing {name}");
+    }
+    // It kept what it started with: it still admits a machine where it listened.
+    host.join_node().await;
+    host.stop().await;
+}
