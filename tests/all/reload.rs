@@ -490,7 +490,9 @@ async fn sighup_reloads_attestors_without_dropping_a_join() {
 
 /// SIGHUP names each setting it cannot apply, and only that one, when it alone changed; and
 /// none when nothing did. A setting missing from the host's list would change in the file,
-/// be reported as reloaded, and silently keep its old value until a restart.
+/// be reported as reloaded, and silently keep its old value until a restart. Not here:
+/// `data_dir`, `attestors.<id>.reclaim` and `.fetch`, whose change also moves what SIGHUP does
+/// apply (the paths it reads again, the attestors' configuration).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_names_each_changed_setting_that_needs_a_restart() {
     type Change = fn(&mut gatehouse::config::Config);
