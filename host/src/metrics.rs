@@ -10,7 +10,7 @@
 //! | `gatehouse_renew_duration_seconds` | | one renewal (histogram) |
 //! | `gatehouse_attestor_call_seconds` | `attestor` | one call of an attestor's `verify` (histogram) |
 //! | `gatehouse_attestor_calls_on_own_thread_total` | `attestor` | calls that ran on the attestor's own thread: they kept the CPU for an epoch tick and moved there, or started there while the attestor was demoted (`runtime::guest`); an honest attestor's stay near zero |
-//! | `gatehouse_db_begin_wait_seconds` | | how long JoinService waited for a write transaction: the pool and, on SQLite, the write lock (histogram) |
+//! | `gatehouse_db_begin_wait_seconds` | | how long JoinService waited for a write transaction: the pool, on PostgreSQL a many-use token's queue of spends (`join::spend_gate`), on SQLite the write lock (histogram) |
 //! | `gatehouse_sink_dropped_total` | | refusals the `[audit.sink]` dropped because its queue was full |
 //!
 //! Labels are bounded: an attestor id a client names that is not loaded counts as
@@ -169,7 +169,7 @@ impl Metrics {
         );
         registry.register(
             "gatehouse_db_begin_wait_seconds",
-            "Time JoinService waited for a write transaction (the pool, SQLite's write lock)",
+            "Time JoinService waited for a write transaction (the pool, a token's queue of spends, SQLite's write lock)",
             db_begin_wait_seconds.clone(),
         );
         registry.register(

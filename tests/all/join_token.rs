@@ -97,6 +97,75 @@ async fn a_three_use_token_admits_exactly_three_of_twenty() {
     }
 }
 
+/// On PostgreSQL a many-use token's spends past two wait in the host, not on the token's row
+/// (`join::spend_gate`). With the row locked by another transaction, six joins on a six-use
+/// token run their attestor calls, and then only two of them wait on the lock in the server: the
+/// other four hold no connection, and a host without the gate would have all six there. Once the
+/// lock goes (rolled back, the token unchanged) every join is admitted, each use spent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_many_use_tokens_spends_past_two_wait_in_the_host_not_on_its_row() {
+    if !backends().contains(&Backend::Postgres) {
+        eprintln!("skipped: DATABASE_URL is not set");
+        return;
+    }
+    let host = TestHost::start(Backend::Postgres).await;
+    let token = host.create_token("node", 6).await;
+
+    let mut holding = host.running.db.begin().await.unwrap();
+    assert!(holding.lock_token(&token.id).await.unwrap().is_some());
+    use sqlx::Connection as _;
+    let mut watch = sqlx::PgConnection::connect(&host.database_url)
+        .await
+        .unwrap();
+    let mut joins = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let (url, trust, token) = (host.url(), host.trust.clone(), token.clone());
+        joins.spawn(async move {
+            let client = JoinClient::new(&url, &trust)?;
+            let key = NodeKey::generate()?;
+            join(
+                &client,
+                &trust,
+                &mut TokenProducer::new(Role::Node),
+                Some(&token),
+                &key,
+                &JoinOptions::default(),
+            )
+            .await
+        });
+    }
+    crate::common::lock_waiters(&mut watch, 2).await;
+    // Every call has ended; give the joins past the gate's two every chance to reach the row
+    // before counting who waits there.
+    for _ in 0..400 {
+        if join_token_calls(&host).await >= 6 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(join_token_calls(&host).await, 6, "six attestor calls ran");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (waiting,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(&mut watch)
+    .await
+    .unwrap();
+    assert_eq!(waiting, 2, "spends of one token waiting on its row");
+    holding.rollback().await.unwrap();
+    while let Some(joined) = joins.join_next().await {
+        let joined = joined.unwrap();
+        assert!(joined.is_ok(), "{:?}", joined.map(|j| j.node_id));
+    }
+    let mut read = host.running.db.read().await.unwrap();
+    let row = read.read_token(&token.id).await.unwrap().unwrap();
+    assert_eq!(row.uses_left, 0);
+    assert_eq!(read.list_nodes().await.unwrap().len(), 6);
+    drop(read);
+    host.stop().await;
+}
+
 /// Joins with `token` and asserts the agent sees only ACCESS_DENIED and the event names `reason`.
 async fn refused(host: &TestHost, token: &TokenString, role: Role, claims: Claims, reason: &str) {
     match join_once(host, token, role, claims).await {

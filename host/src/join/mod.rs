@@ -19,6 +19,7 @@ pub mod refusal;
 pub(crate) mod renew;
 pub mod request;
 pub mod sink;
+mod spend_gate;
 pub mod types;
 
 use std::sync::Arc;
@@ -129,6 +130,9 @@ pub struct JoinService {
     backlog: Arc<backlog::Backlog>,
     /// What `/metrics` shows about rounds.
     metrics: Arc<crate::metrics::Metrics>,
+    /// On PostgreSQL, each token's spends past [`spend_gate::PASSES_PER_TOKEN`] wait here
+    /// rather than on the token's row; none on SQLite.
+    spend_gate: Option<spend_gate::SpendGate>,
 }
 
 impl JoinService {
@@ -140,6 +144,8 @@ impl JoinService {
         settings: JoinSettings,
     ) -> Self {
         Self {
+            spend_gate: (db.backend() == crate::store::Backend::Postgres)
+                .then(|| spend_gate::SpendGate::new(spend_gate::PASSES_PER_TOKEN)),
             db,
             runtime,
             pki,
@@ -192,10 +198,23 @@ impl JoinService {
 
     /// Opens a write transaction, timing the wait for it.
     async fn begin(&self) -> Result<Tx, StoreError> {
+        self.begin_spending(&[]).await.1
+    }
+
+    /// Opens a write transaction once a pass of each of `tokens` is held (on PostgreSQL, see
+    /// [`spend_gate`]), timing the wait for both. Hold the passes until the transaction ends.
+    async fn begin_spending(
+        &self,
+        tokens: &[String],
+    ) -> (Vec<spend_gate::Pass>, Result<Tx, StoreError>) {
         let started = std::time::Instant::now();
+        let passes = match &self.spend_gate {
+            Some(gate) if !tokens.is_empty() => gate.enter(tokens).await,
+            _ => Vec::new(),
+        };
         let tx = self.db.begin().await;
         self.metrics.db_begin_wait(started.elapsed());
-        tx
+        (passes, tx)
     }
 
     /// Copies every refusal to `sink` too (after its audit row and event are written).
@@ -511,7 +530,9 @@ impl JoinService {
             decided,
             request,
         } = locked;
-        let mut tx = self.begin().await.map_err(storage("begin"))?;
+        // Held until the locked phase ends: committed, deferred, refused or dropped.
+        let (_passes, tx) = self.begin_spending(&effects.consumed_tokens).await;
+        let mut tx = tx.map_err(storage("begin"))?;
         let spends = match staged.settle(&mut tx, &mut effects, apply).await {
             Ok(spends) => spends,
             Err(e) => {
