@@ -198,23 +198,23 @@ impl JoinService {
 
     /// Opens a write transaction, timing the wait for it.
     async fn begin(&self) -> Result<Tx, StoreError> {
-        self.begin_spending(&[]).await.1
+        self.begin_spending(None).await.1
     }
 
-    /// Opens a write transaction once a pass of each of `tokens` is held (on PostgreSQL, see
-    /// [`spend_gate`]), timing the wait for both. Hold the passes until the transaction ends.
+    /// Opens a write transaction once a pass to spend `token` is held (on PostgreSQL, see
+    /// [`spend_gate`]), timing the wait for both. Hold the pass until the transaction ends.
     async fn begin_spending(
         &self,
-        tokens: &[String],
-    ) -> (Vec<spend_gate::Pass>, Result<Tx, StoreError>) {
+        token: Option<&str>,
+    ) -> (Option<spend_gate::Pass>, Result<Tx, StoreError>) {
         let started = std::time::Instant::now();
-        let passes = match &self.spend_gate {
-            Some(gate) if !tokens.is_empty() => gate.enter(tokens).await,
-            _ => Vec::new(),
+        let pass = match (&self.spend_gate, token) {
+            (Some(gate), Some(token)) => Some(gate.enter(token).await),
+            _ => None,
         };
         let tx = self.db.begin().await;
         self.metrics.db_begin_wait(started.elapsed());
-        (passes, tx)
+        (pass, tx)
     }
 
     /// Copies every refusal to `sink` too (after its audit row and event are written).
@@ -530,8 +530,13 @@ impl JoinService {
             decided,
             request,
         } = locked;
+        let spending = policy::token_to_spend(
+            &effects.consumed_tokens,
+            request.token,
+            effects.locked_tokens.iter().map(LockedToken::from),
+        );
         // Held until the locked phase ends: committed, deferred, refused or dropped.
-        let (_passes, tx) = self.begin_spending(&effects.consumed_tokens).await;
+        let (_pass, tx) = self.begin_spending(spending).await;
         let mut tx = tx.map_err(storage("begin"))?;
         let spends = match staged.settle(&mut tx, &mut effects, apply).await {
             Ok(spends) => spends,

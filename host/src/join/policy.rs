@@ -377,11 +377,7 @@ fn spent_token<'a>(f: &Facts<'a>) -> Result<Option<&'a LockedToken>, Refusal> {
         .iter()
         .find(|t| t.id == *named)
         .ok_or(Refusal::TokenAccounting)?;
-    let secret: [u8; 32] = Sha256::digest(request.secret).into();
-    let matches = token
-        .secret_sha256
-        .is_some_and(|stored| bool::from(stored.ct_eq(&secret)));
-    if !matches {
+    if !opens(token, request.secret) {
         return Err(Refusal::TokenSecret);
     }
     if token.uses_left == 0 {
@@ -391,6 +387,33 @@ fn spent_token<'a>(f: &Facts<'a>) -> Result<Option<&'a LockedToken>, Refusal> {
         return Err(Refusal::NotSingleUse);
     }
     Ok(Some(token))
+}
+
+/// Whether the SHA-256 of `secret` is what the token's row holds, compared in constant time.
+fn opens(token: &LockedToken, secret: &[u8]) -> bool {
+    let secret: [u8; 32] = Sha256::digest(secret).into();
+    token
+        .secret_sha256
+        .is_some_and(|stored| bool::from(stored.ct_eq(&secret)))
+}
+
+/// The token a round would spend, as far as the attestor's accounting and the request's secret
+/// tell before the locked phase: the one token the attestor spent, when it is the request's own
+/// and the request's secret opens it as the attestor read it. A round that spent anything else
+/// is refused by [`check`] ([`spent_token`]) and spends nothing, so this is the only token whose
+/// spends JoinService queues (`super::spend_gate`): no attestor, and no request that does not
+/// hold a token's secret, can make a join wait in that token's queue.
+pub fn token_to_spend<'a>(
+    consumed: &'a [String],
+    request: Option<RequestToken<'_>>,
+    read: impl IntoIterator<Item = LockedToken>,
+) -> Option<&'a str> {
+    let [spent] = consumed else { return None };
+    let request = request.filter(|t| t.id == spent)?;
+    read.into_iter()
+        .find(|t| t.id == *spent)
+        .filter(|t| opens(t, request.secret))?;
+    Some(spent)
 }
 
 /// Whether a node of `node` role may join as `role` (a lessee's node-tenant node re-joins as
@@ -539,6 +562,16 @@ mod tests {
             }
         }
 
+        /// The token [`token_to_spend`] would queue this round's spend for.
+        fn to_spend(&self) -> Option<&str> {
+            token_to_spend(
+                &self.consumed,
+                self.request_token
+                    .map(|(id, secret)| RequestToken { id, secret }),
+                self.tokens.iter().cloned(),
+            )
+        }
+
         fn tokenless(attestor: &'static str) -> Self {
             Self {
                 attestor,
@@ -625,6 +658,43 @@ mod tests {
         let mut none = World::new();
         none.request_token = None;
         assert_eq!(none.check(), Err(Refusal::TokenAccounting));
+    }
+
+    /// A join queues for a token's spend (`spend_gate`) only when the policy's token checks
+    /// could pass: an attestor spending another token, two, or none, and a request naming a
+    /// token without its secret, take no pass of it.
+    #[test]
+    fn only_a_spend_the_policy_could_admit_waits_in_its_tokens_queue() {
+        let honest = World::new();
+        assert_eq!(honest.to_spend(), Some("tok_a"));
+        assert!(honest.check().is_ok());
+        let mut another = World::new();
+        another.consumed = vec!["tok_b".into()];
+        let mut two = World::new();
+        two.consumed.push("tok_b".into());
+        let mut none = World::new();
+        none.consumed.clear();
+        let mut guessed = World::new();
+        guessed.request_token = Some(("tok_a", b"guessed"));
+        let mut no_request_token = World::new();
+        no_request_token.request_token = None;
+        let unread = World {
+            tokens: vec![],
+            ..World::new()
+        };
+        let corrupt = World::new().token(|t| t.secret_sha256 = None);
+        for (what, world) in [
+            ("another token", another),
+            ("two tokens", two),
+            ("none", none),
+            ("a guessed secret", guessed),
+            ("no token in the request", no_request_token),
+            ("a token the attestor did not read", unread),
+            ("a row without a secret", corrupt),
+        ] {
+            assert_eq!(world.to_spend(), None, "{what}");
+            assert!(world.check().is_err(), "{what}");
+        }
     }
 
     #[test]

@@ -10,8 +10,11 @@
 //! (`docs/benchmarks.md`, "PostgreSQL's write pool"), at the price of capping every other join.
 //!
 //! [`SpendGate`] caps the spends of one token in flight at once instead: a join takes a pass for
-//! each token its attestor spent before it leases a write connection, and holds it until its
-//! locked phase ends. Two passes a token keep one spend running and the next one waiting on the
+//! the token it would spend before it leases a write connection, and holds it until its locked
+//! phase ends. That token is the request's own, opened by the request's secret, and the one
+//! token its attestor spent (`super::policy::token_to_spend`); any other round is refused
+//! without a spend, so it takes no pass, and neither an attestor nor a request without the
+//! secret can put a join in another token's queue. Two passes a token keep one spend running and the next one waiting on the
 //! row, ready the moment the first commits (a single pass would add a round trip to the host
 //! between two spends); the rest wait here, in order, holding no connection. Joins on other
 //! tokens never wait for a pass. SQLite needs none: its one writer already takes transactions in
@@ -66,21 +69,8 @@ impl SpendGate {
         }
     }
 
-    /// Waits for a pass of each of `tokens`, in sorted order (so two joins spending the same
-    /// two tokens cannot each hold one and wait for the other), once each however often a
-    /// token is named.
-    pub(super) async fn enter(&self, tokens: &[String]) -> Vec<Pass> {
-        let mut ids: Vec<&String> = tokens.iter().collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let mut passes = Vec::with_capacity(ids.len());
-        for id in ids {
-            passes.push(self.pass(id).await);
-        }
-        passes
-    }
-
-    async fn pass(&self, token: &str) -> Pass {
+    /// Waits for a pass to spend `token`, in the order the joins asked.
+    pub(super) async fn enter(&self, token: &str) -> Pass {
         let (mut pass, semaphore) = {
             let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
             let queue = queues.entry(token.to_owned()).or_insert_with(|| Queue {
@@ -131,10 +121,6 @@ mod tests {
 
     use super::*;
 
-    fn ids(names: &[&str]) -> Vec<String> {
-        names.iter().map(|s| (*s).to_owned()).collect()
-    }
-
     /// Not yet through after a moment: it waits.
     async fn waits<F: std::future::Future>(f: F) -> bool {
         tokio::time::timeout(Duration::from_millis(50), f)
@@ -145,54 +131,56 @@ mod tests {
     #[tokio::test]
     async fn a_third_spend_of_one_token_waits_until_a_pass_comes_back() {
         let gate = SpendGate::new(2);
-        let first = gate.enter(&ids(&["tok_a"])).await;
-        let _second = gate.enter(&ids(&["tok_a"])).await;
-        assert!(waits(gate.enter(&ids(&["tok_a"]))).await);
+        let first = gate.enter("tok_a").await;
+        let _second = gate.enter("tok_a").await;
+        assert!(waits(gate.enter("tok_a")).await);
         // Another token is not held up by this one's queue.
-        let other = gate.enter(&ids(&["tok_b"])).await;
-        assert_eq!(other.len(), 1);
+        let _other = gate.enter("tok_b").await;
         drop(first);
-        let third = tokio::time::timeout(Duration::from_secs(5), gate.enter(&ids(&["tok_a"])))
+        tokio::time::timeout(Duration::from_secs(5), gate.enter("tok_a"))
             .await
             .expect("a pass came back");
-        assert_eq!(third.len(), 1);
     }
 
     #[tokio::test]
     async fn the_map_holds_only_tokens_in_flight() {
         let gate = SpendGate::new(1);
-        let held = gate.enter(&ids(&["tok_a", "tok_b", "tok_a"])).await;
-        assert_eq!(held.len(), 2, "a token named twice takes one pass");
+        let a = gate.enter("tok_a").await;
+        let b = gate.enter("tok_b").await;
         assert_eq!(gate.tokens_in_flight(), 2);
         // A join cancelled while it waits leaves nothing behind once the holder is done.
-        assert!(waits(gate.enter(&ids(&["tok_a"]))).await);
+        assert!(waits(gate.enter("tok_a")).await);
         assert_eq!(gate.tokens_in_flight(), 2);
-        drop(held);
-        assert_eq!(gate.tokens_in_flight(), 0);
-        drop(gate.enter(&[]).await);
+        drop(a);
+        drop(b);
         assert_eq!(gate.tokens_in_flight(), 0);
     }
 
-    #[tokio::test]
-    async fn joins_spending_the_same_tokens_in_either_order_do_not_deadlock() {
-        let gate = Arc::new(SpendGate::new(1));
-        let mut joins = Vec::new();
-        for i in 0..64 {
-            let gate = gate.clone();
-            let names = if i % 2 == 0 {
-                ids(&["tok_a", "tok_b"])
-            } else {
-                ids(&["tok_b", "tok_a"])
-            };
-            joins.push(tokio::spawn(async move {
-                let passes = gate.enter(&names).await;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_joins_on_one_token_all_get_through_at_most_two_at_once() {
+        let gate = Arc::new(SpendGate::new(2));
+        let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut joins = tokio::task::JoinSet::new();
+        for _ in 0..64 {
+            let (gate, inside, most) = (gate.clone(), inside.clone(), most.clone());
+            joins.spawn(async move {
+                let pass = gate.enter("tok_a").await;
+                let now = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
                 tokio::task::yield_now().await;
-                drop(passes);
-            }));
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                drop(pass);
+            });
         }
-        tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(joins))
-            .await
-            .expect("every join got through");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(joined) = joins.join_next().await {
+                joined.expect("a join panicked");
+            }
+        })
+        .await
+        .expect("every join got through");
+        assert!((1..=2).contains(&most.load(std::sync::atomic::Ordering::SeqCst)));
         assert_eq!(gate.tokens_in_flight(), 0);
     }
 }
