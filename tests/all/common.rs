@@ -630,17 +630,22 @@ pub async fn drop_postgres(name: &str) {
     }
 }
 
+/// How many backends of the database wait on a lock now.
+pub async fn lock_waiting(conn: &mut sqlx::PgConnection) -> i64 {
+    let (waiting,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(conn)
+    .await
+    .unwrap();
+    waiting
+}
+
 /// Waits until `n` backends of the database wait on a lock.
 pub async fn lock_waiters(conn: &mut sqlx::PgConnection, n: i64) {
     for _ in 0..400 {
-        let (waiting,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-        if waiting >= n {
+        if lock_waiting(conn).await >= n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -29,11 +29,14 @@ async fn join_once(
     .await
 }
 
-async fn three_uses_twenty_agents(backend: Backend) {
-    let host = TestHost::start(backend).await;
-    let token = host.create_token("node", 3).await;
+/// `n` agents joining with `token` at once, each with a key of its own, on tasks of their own.
+fn agents_joining(
+    host: &TestHost,
+    token: &TokenString,
+    n: usize,
+) -> tokio::task::JoinSet<Result<gatehouse_agent::Joined, JoinError>> {
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..20 {
+    for _ in 0..n {
         let (url, trust, token) = (host.url(), host.trust.clone(), token.clone());
         tasks.spawn(async move {
             let client = JoinClient::new(&url, &trust)?;
@@ -49,6 +52,13 @@ async fn three_uses_twenty_agents(backend: Backend) {
             .await
         });
     }
+    tasks
+}
+
+async fn three_uses_twenty_agents(backend: Backend) {
+    let host = TestHost::start(backend).await;
+    let token = host.create_token("node", 3).await;
+    let mut tasks = agents_joining(&host, &token, 20);
     let (mut admitted, mut denied) = (0, 0);
     while let Some(r) = tasks.join_next().await {
         match r.unwrap() {
@@ -117,23 +127,7 @@ async fn a_many_use_tokens_spends_past_two_wait_in_the_host_not_on_its_row() {
     let mut watch = sqlx::PgConnection::connect(&host.database_url)
         .await
         .unwrap();
-    let mut joins = tokio::task::JoinSet::new();
-    for _ in 0..6 {
-        let (url, trust, token) = (host.url(), host.trust.clone(), token.clone());
-        joins.spawn(async move {
-            let client = JoinClient::new(&url, &trust)?;
-            let key = NodeKey::generate()?;
-            join(
-                &client,
-                &trust,
-                &mut TokenProducer::new(Role::Node),
-                Some(&token),
-                &key,
-                &JoinOptions::default(),
-            )
-            .await
-        });
-    }
+    let mut joins = agents_joining(&host, &token, 6);
     crate::common::lock_waiters(&mut watch, 2).await;
     // Every call has ended; give the joins past the gate's two every chance to reach the row
     // before counting who waits there.
@@ -145,14 +139,11 @@ async fn a_many_use_tokens_spends_past_two_wait_in_the_host_not_on_its_row() {
     }
     assert_eq!(join_token_calls(&host).await, 6, "six attestor calls ran");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let (waiting,): (i64,) = sqlx::query_as(
-        "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    )
-    .fetch_one(&mut watch)
-    .await
-    .unwrap();
-    assert_eq!(waiting, 2, "spends of one token waiting on its row");
+    assert_eq!(
+        crate::common::lock_waiting(&mut watch).await,
+        2,
+        "spends of one token waiting on its row"
+    );
     holding.rollback().await.unwrap();
     while let Some(joined) = joins.join_next().await {
         let joined = joined.unwrap();
