@@ -6,22 +6,24 @@
 //! wait in the server: with 64 agents on one token and a pool of 10, up to 10 backends sleep on
 //! the row, and each one woken re-checks the row it finds, then sleeps on the next holder's
 //! transaction again. On a server sharing the host's cores that waiting cost a third more of
-//! the server's CPU a join than on distinct tokens, and a write pool of 4 took most of it back
+//! the server's CPU a join than on distinct tokens, and a write pool of 4 took part of it back
 //! (`docs/benchmarks.md`, "PostgreSQL's write pool"), at the price of capping every other join.
 //!
 //! [`SpendGate`] caps the spends of one token in flight at once instead: a join takes a pass for
 //! the token it would spend before it leases a write connection, and holds it until its locked
-//! phase ends. That token is the request's own, opened by the request's secret, and the one
-//! token its attestor spent (`super::policy::token_to_spend`); any other round is refused
-//! without a spend, so it takes no pass, and neither an attestor nor a request without the
-//! secret can put a join in another token's queue. Two passes a token keep one spend running and the next one waiting on the
-//! row, ready the moment the first commits (a single pass would add a round trip to the host
-//! between two spends); the rest wait here, in order, holding no connection. Joins on other
-//! tokens never wait for a pass. SQLite needs none: its one writer already takes transactions in
-//! turn, in the host. Measured with 1, 2 and 3 passes against none, on 64 agents sharing a token
-//! at the default pool: two halved the server's CPU a join and did best on rate and p99; one
-//! left the server as idle but the rate lower (`docs/benchmarks.md`, "A token's spends queue in
-//! the host").
+//! phase ends. Two passes a token keep one spend running and the next one waiting on the row,
+//! ready the moment the first commits (a single pass would add a round trip to the host between
+//! two spends); the rest wait here, in order, holding no connection. Joins on other tokens never
+//! wait for a pass. SQLite needs none: its one writer already takes transactions in turn, in the
+//! host. Measured with 1, 2 and 3 passes against none, on 64 agents sharing a token at the
+//! default pool: two halved the server's CPU a join and did best on rate and p99; one left the
+//! server as idle but the rate lower (`docs/benchmarks.md`, "A token's spends queue in the
+//! host").
+//!
+//! The token is the request's own, opened by the request's secret, and the one token its
+//! attestor spent (`super::policy::token_to_spend`). Any other round is refused without a spend,
+//! so it takes no pass: neither an attestor nor a request without the secret can put a join in
+//! another token's queue.
 //!
 //! The gate is per process; each replica of a deployment keeps its own, so a token shared by
 //! replicas has at most that many spends waiting on its row per replica.
