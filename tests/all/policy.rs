@@ -286,6 +286,70 @@ pub(crate) async fn admit_by_token_id() {
     }
 }
 
+/// Rule 2 beside a token's queue of spends (`join::spend_gate`, PostgreSQL): a join takes a
+/// pass of a token only for a spend the policy could admit, so an attestor that spends a token
+/// on a guessed secret cannot hold that token's passes. With the token's row locked by another
+/// transaction and both its passes held by honest joins waiting on the row, a forged round
+/// through `admit-by-token-id` is still answered at once, refused `token-secret`; once the lock
+/// goes, the two honest joins are admitted and the forged one spent nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admit_by_token_id_takes_no_pass_of_the_token() {
+    const ID: &str = "admit-by-token-id";
+    if !backends().contains(&Backend::Postgres) {
+        eprintln!("skipped: DATABASE_URL is not set");
+        return;
+    }
+    let host = host_with(
+        Backend::Postgres,
+        gatehouse_test_artifacts::ADMIT_BY_TOKEN_ID,
+        |_| {},
+    )
+    .await;
+    let token = host.create_token("node", 3).await;
+    let forged = TokenString {
+        id: token.id.clone(),
+        secret: rand::random::<[u8; 32]>().to_vec(),
+    };
+    let mut holding = host.running.db.begin().await.unwrap();
+    assert!(holding.lock_token(&token.id).await.unwrap().is_some());
+    use sqlx::Connection as _;
+    let mut watch = sqlx::PgConnection::connect(&host.database_url)
+        .await
+        .unwrap();
+    let (mut one, mut two) = (
+        TokenProducer::new(Role::Node),
+        TokenProducer::new(Role::Node),
+    );
+    let honest = async {
+        tokio::join!(
+            agent_join(&host, &mut one, Some(&token)),
+            agent_join(&host, &mut two, Some(&token)),
+        )
+    };
+    let forger = async {
+        crate::common::lock_waiters(&mut watch, 2).await;
+        // Under the honest joins' 5 s `lock_timeout`, past which they would give their
+        // passes back (and run again) and let a round that waited for one through.
+        let mut evidence = Evidence(ID, vec![]);
+        let forged = tokio::time::timeout(
+            Duration::from_secs(4),
+            agent_join(&host, &mut evidence, Some(&forged)),
+        )
+        .await
+        .expect("the forged round waited for a pass of the token");
+        assert!(matches!(forged, Err(JoinError::Denied)));
+        assert_eq!(crate::common::lock_waiting(&mut watch).await, 2);
+        holding.rollback().await.unwrap();
+    };
+    let ((first, second), ()) = tokio::join!(honest, forger);
+    first.unwrap();
+    second.unwrap();
+    refused_with(&host, ID, "token-secret").await;
+    assert_eq!(uses_left(&host, &token).await, 1);
+    assert_eq!(nodes(&host).await.len(), 2);
+    host.stop().await;
+}
+
 /// Rule 3: a token-less attestor cannot re-key a node it proves nothing about, unless the
 /// operator grants it reclaim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
