@@ -661,6 +661,10 @@ struct Run {
     host_cpu_per_join: Option<Duration>,
     /// The PostgreSQL server's CPU per join, when it runs on this machine.
     server_cpu_per_join: Option<Duration>,
+    /// SQLite's CPU per join, on SQLite: its connections' worker threads', where sqlx runs every
+    /// statement, checkpoints too. Part of the process's (and the host's) figure, as the
+    /// server's is not on PostgreSQL; so the host's less this compares with PostgreSQL's host.
+    engine_cpu_per_join: Option<Duration>,
     /// The whole machine's busy CPU per join (everything on it, the kernel's loopback too).
     machine_cpu_per_join: Option<Duration>,
     /// The share of all the machine's CPUs busy during the run.
@@ -696,6 +700,9 @@ impl Run {
         if let Some(server) = self.server_cpu_per_join {
             run["db_server_cpu_ms_per_join"] = ms(server);
         }
+        if let Some(engine) = self.engine_cpu_per_join {
+            run["db_engine_cpu_ms_per_join"] = ms(engine);
+        }
         if let Some(machine) = self.machine_cpu_per_join {
             run["machine_cpu_ms_per_join"] = ms(machine);
         }
@@ -709,6 +716,10 @@ impl Run {
 
 /// The name of the benchmark's agent threads (Linux keeps 15 bytes of it).
 const AGENT_THREADS: &str = "bench-agent";
+
+/// What Linux keeps of the name of sqlx's SQLite connection threads (`sqlx-sqlite-worker-N`):
+/// each SQLite connection's statements run on one, the host's reads, writes and checkpoints.
+const SQLITE_THREADS: &str = "sqlx-sqlite-wor";
 
 /// What every host the benchmark starts shares.
 #[derive(Debug, Clone, Copy)]
@@ -741,6 +752,8 @@ struct Host {
     url: String,
     /// Whether its PostgreSQL server runs on this machine, so its processes' CPU is the run's.
     server_here: bool,
+    /// Whether its database is SQLite, whose threads are the process's.
+    sqlite: bool,
     /// Its configuration and data (removed with it).
     _dir: tempfile::TempDir,
 }
@@ -783,6 +796,7 @@ impl Host {
             trust,
             url,
             server_here,
+            sqlite: !postgres,
             _dir: dir,
         })
     }
@@ -908,12 +922,16 @@ async fn joins_per_second(
             .flatten()
     };
     let (cpu_before, agents_before) = (cpu::process(), cpu::threads(AGENT_THREADS));
+    let engine_before = cpu::threads(SQLITE_THREADS);
     let (server_before, machine_before) = (server_now(), cpu::machine());
     let calls_before = JoinTokenCalls::of(&host.running);
     let crowd = warmed.finish().await;
     let calls = JoinTokenCalls::of(&host.running).since(calls_before);
     let cpu = cpu::process().saturating_sub(cpu_before);
     let agents_cpu = cpu::threads(AGENT_THREADS).saturating_sub(agents_before);
+    // Threads that end within the run take their CPU with them: none does, since the host
+    // keeps its SQLite connections until it stops (after this reading) unless one fails.
+    let engine_cpu = cpu::threads(SQLITE_THREADS).saturating_sub(engine_before);
     let server_cpu = server_before
         .zip(server_now())
         .map(|(before, after)| after.saturating_sub(before));
@@ -944,6 +962,7 @@ async fn joins_per_second(
         cpu_per_join: cpu / per_join,
         host_cpu_per_join: host_cpu.map(|host| host / per_join),
         server_cpu_per_join: server_cpu.map(|server| server / per_join),
+        engine_cpu_per_join: host.sqlite.then(|| engine_cpu / per_join),
         machine_cpu_per_join: machine.map(|(busy, _)| busy / per_join),
         machine_busy: machine
             .map(|(busy, cpus)| busy.as_secs_f64() / (elapsed.as_secs_f64() * f64::from(cpus))),
@@ -1023,7 +1042,8 @@ mod tests {
     use super::*;
 
     /// A prepared run joins through a real host, every response passing the agent's checks
-    /// after the clock, on distinct tokens and on one shared token alike.
+    /// after the clock, on distinct tokens and on one shared token alike; on SQLite its
+    /// database's CPU is read apart.
     #[tokio::test]
     async fn a_run_of_prepared_requests_joins_and_checks_every_response() -> anyhow::Result<()> {
         let compiled = tempfile::tempdir()?;
@@ -1037,6 +1057,9 @@ mod tests {
             let hosts = Hosts::new(compiled.path(), None);
             let run = joins_per_second(None, 7, shape, &hosts).await?;
             anyhow::ensure!(run.joins_per_s > 0.0 && run.p99 >= run.p50, "{tokens:?}");
+            // SQLite runs in the process: its threads' CPU is read apart (a run this short
+            // may not reach one of /proc's 10 ms ticks, so only that it is read).
+            anyhow::ensure!(run.engine_cpu_per_join.is_some(), "{tokens:?}");
         }
         Ok(())
     }
