@@ -265,11 +265,20 @@ async fn hostile_joins_refuse_only_themselves(backend: Backend) {
     // rows more than answers were once seen, not explained yet (README, "Rule 13 measured");
     // every row is one of the two hostile reasons.
     // The looping attestor's calls ran on its own thread. join-token's, on the same two cores
-    // beside them, never did: a call moves only once it has kept the CPU for an epoch tick,
-    // which an honest call that the operating system preempted across a tick has not.
+    // beside them, all but a rare one did not: a call moves only once its thread's CPU clock
+    // says it kept the CPU for an epoch tick, which an honest call that the operating system
+    // preempted across a tick has not; but that clock also counts kernel work the thread ran
+    // for others (interrupts, the loopback's softirqs), and twice in a few dozen runs it moved
+    // an honest call here. One such move no longer demotes join-token (`runtime::guest`): when
+    // it did, one took every join-token call of the next second with it (73 of them).
     let on_own_thread = "gatehouse_attestor_calls_on_own_thread_total";
     assert!(host.attestor_metric(on_own_thread, "loop-forever").await > 0);
-    assert_eq!(host.attestor_metric(on_own_thread, "join-token").await, 0);
+    let moved = host.attestor_metric(on_own_thread, "join-token").await;
+    let calls = host
+        .attestor_metric("gatehouse_attestor_call_seconds_count", "join-token")
+        .await;
+    println!("rule 13 {backend:?}: {moved} of {calls} join-token calls on its own thread");
+    assert!(calls > 0 && moved * 10 <= calls, "{moved} of {calls}");
     let reasons = host.refusal_reasons().await;
     println!(
         "rule 13 {backend:?}: {} refusal rows for {hostile_answers} hostile answers",

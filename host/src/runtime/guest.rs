@@ -8,9 +8,14 @@
 //! runs, and the first time its epoch callback yields (the guest kept the CPU for a tick, by
 //! the polling threads' CPU clocks: it is not a quick call) it moves, as it stands, to its
 //! attestor's thread and ends there. A call costs the host's threads about two ticks of CPU at
-//! most (`super::call::CallMeter`), and an attestor whose calls move or fail has its calls
-//! start on its own thread for a while ([`DEMOTION`]), so a hostile one gets no more than that
-//! of the host's threads now and then, not on every call.
+//! most (`super::call::CallMeter`), and an attestor whose calls keep the CPU on its own thread
+//! too, or fail, has its calls start there for a while ([`DEMOTION`]), so a hostile one gets no
+//! more than that of the host's threads now and then, not on every call. One move alone does
+//! not demote: a thread's CPU clock also counts kernel work the thread ran for others (this
+//! project's VM counts interrupts' and softirqs' time to whatever thread they interrupted), so
+//! an honest call may now and then be charged a tick it did not use; it then ends on its
+//! attestor's thread without yielding again, and costs that one call a hand-off, not every call
+//! of the next [`DEMOTION`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,14 +37,37 @@ use super::RuntimeError;
 /// epoch tick, to the other calls of its own attestor).
 pub(super) struct GuestThread {
     runtime: Option<tokio::runtime::Runtime>,
-    /// When the thread started: the origin of `demoted_until`.
-    born: Instant,
-    /// Until when (milliseconds after `born`) calls start on this thread.
-    demoted_until: AtomicU64,
+    demotion: Demotion,
 }
 
-/// How long an attestor's calls start on its own thread after one of them moved there or
-/// failed. Honest calls neither move nor fail, so never pay for the hand-off.
+/// Until when an attestor's calls start on its thread; shared with its calls there, which
+/// demote it when they yield again.
+#[derive(Clone)]
+struct Demotion {
+    /// When the thread started: the origin of `until`.
+    born: Instant,
+    /// Milliseconds after `born`.
+    until: Arc<AtomicU64>,
+}
+
+impl Demotion {
+    fn demote(&self) {
+        let until = self.since_born() + DEMOTION.as_millis() as u64;
+        self.until.fetch_max(until, Ordering::Relaxed);
+    }
+
+    fn active(&self) -> bool {
+        self.since_born() < self.until.load(Ordering::Relaxed)
+    }
+
+    fn since_born(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// How long an attestor's calls start on its own thread after one of them kept the CPU there
+/// too (it moved, and yielded again), or failed. Honest calls do neither, so never pay for the
+/// hand-off but in the rare call that moves alone.
 const DEMOTION: Duration = Duration::from_secs(1);
 
 /// Raised by a call's epoch callback when it yields: the guest kept the CPU for a tick.
@@ -79,24 +107,22 @@ impl GuestThread {
             .map_err(RuntimeError::Threads)?;
         Ok(Self {
             runtime: Some(runtime),
-            born: Instant::now(),
-            demoted_until: AtomicU64::new(0),
+            demotion: Demotion {
+                born: Instant::now(),
+                until: Arc::new(AtomicU64::new(0)),
+            },
         })
     }
 
-    /// Calls start on this thread for the next [`DEMOTION`]: one of them kept the CPU for a
-    /// tick, or failed (trapped, timed out, ran out of memory, broke the ABI's rules).
+    /// Calls start on this thread for the next [`DEMOTION`]: one of them failed (trapped,
+    /// timed out, ran out of memory, broke the ABI's rules). One that keeps the CPU on this
+    /// thread demotes it too ([`OnOwnThread`]).
     pub(super) fn demote(&self) {
-        let until = self.since_born() + DEMOTION.as_millis() as u64;
-        self.demoted_until.fetch_max(until, Ordering::Relaxed);
+        self.demotion.demote();
     }
 
     fn demoted(&self) -> bool {
-        self.since_born() < self.demoted_until.load(Ordering::Relaxed)
-    }
-
-    fn since_born(&self) -> u64 {
-        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.demotion.active()
     }
 
     /// Runs `call` on the caller's thread until it ends or `yielded` is raised, then on this
@@ -110,11 +136,11 @@ impl GuestThread {
         yielded: TickYield,
     ) -> Result<Ran<T>, tokio::task::JoinError> {
         if self.demoted() {
-            return self.spawn_timed(Box::pin(call)).await;
+            return self.spawn_timed(Box::pin(call), yielded).await;
         }
         let mut here = Here {
             call: Some(Box::pin(call)),
-            yielded,
+            yielded: yielded.clone(),
             thread: self.handle(),
         };
         let call = match (&mut here).await {
@@ -127,16 +153,22 @@ impl GuestThread {
             }
             Step::Move(call) => call,
         };
-        self.demote();
-        self.spawn_timed(call).await
+        self.spawn_timed(call, yielded).await
     }
 
-    /// Runs `call` on this thread, timing its wait for the thread.
+    /// Runs `call` on this thread, timing its wait for the thread; if it yields here too, its
+    /// attestor is demoted.
     async fn spawn_timed<T: Send + 'static>(
         &self,
         call: BoxedCall<T>,
+        yielded: TickYield,
     ) -> Result<Ran<T>, tokio::task::JoinError> {
         let handed = Instant::now();
+        let call = OnOwnThread {
+            call,
+            yielded,
+            demotion: self.demotion.clone(),
+        };
         self.spawn(async move {
             let queued = handed.elapsed();
             Ran {
@@ -173,6 +205,27 @@ impl Drop for GuestThread {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
+    }
+}
+
+/// A call on its attestor's thread: each time it yields at a tick there (it kept the CPU for
+/// another tick, on this thread's clock too), its attestor is demoted.
+struct OnOwnThread<T> {
+    call: BoxedCall<T>,
+    yielded: TickYield,
+    demotion: Demotion,
+}
+
+impl<T> Future for OnOwnThread<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = &mut *self;
+        let polled = this.call.as_mut().poll(cx);
+        if polled.is_pending() && this.yielded.take() {
+            this.demotion.demote();
+        }
+        polled
     }
 }
 
@@ -293,6 +346,21 @@ mod tests {
         assert!(ran.on_own_thread);
     }
 
+    /// A call charged a tick once (a thread's CPU clock counts kernel work it ran for others)
+    /// moves, and ends on the attestor's thread without yielding there: the attestor's next
+    /// calls start where their joins run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn one_move_alone_does_not_demote_the_attestor() {
+        let guests = GuestThread::start("once").unwrap();
+        let (ran, threads) = run_ticking(&guests, 1).await;
+        assert!(ran.on_own_thread);
+        assert_eq!(threads.last().map(String::as_str), Some("gh-once"));
+        assert!(!guests.demoted());
+        let (ran, threads) = run_ticking(&guests, 0).await;
+        assert!(!ran.on_own_thread);
+        assert!(threads.iter().all(|t| t != "gh-once"), "{threads:?}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_demoted_attestors_calls_start_on_its_thread_for_a_while() {
         let guests = GuestThread::start("failed").unwrap();
@@ -301,7 +369,7 @@ mod tests {
         assert!(guests.demoted());
         assert_eq!(run_ticking(&guests, 0).await.1, ["gh-failed"]);
         // Its demotion ends.
-        guests.demoted_until.store(0, Ordering::Relaxed);
+        guests.demotion.until.store(0, Ordering::Relaxed);
         assert_ne!(run_ticking(&guests, 0).await.1, ["gh-failed"]);
     }
 
